@@ -1,0 +1,2 @@
+//! kvd: an etcd-compatible, Raft-replicated key-value store.
+pub mod proto;
