@@ -1,0 +1,290 @@
+//! Typed, validated configuration. Flag names mirror etcd's, and every flag can also come from
+//! the matching `ETCD_*` environment variable (`--initial-cluster` <- `ETCD_INITIAL_CLUSTER`),
+//! so scripts written for etcd start kvd unchanged.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Flags as given on the command line / environment (before validation).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kvd", version, about = "An etcd-compatible, Raft-replicated key-value store")]
+pub struct Flags {
+    /// Human-readable name for this member.
+    #[arg(long, env = "ETCD_NAME", default_value = "default")]
+    pub name: String,
+    /// Path to the data directory (default: ${name}.kvd).
+    #[arg(long, env = "ETCD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// List of URLs to listen on for client traffic.
+    #[arg(long, env = "ETCD_LISTEN_CLIENT_URLS", default_value = "http://127.0.0.1:2379")]
+    pub listen_client_urls: String,
+    /// List of this member's client URLs to advertise to the rest of the cluster.
+    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", default_value = "http://127.0.0.1:2379")]
+    pub advertise_client_urls: String,
+    /// List of URLs to listen on for peer traffic.
+    #[arg(long, env = "ETCD_LISTEN_PEER_URLS", default_value = "http://127.0.0.1:2380")]
+    pub listen_peer_urls: String,
+    /// List of this member's peer URLs to advertise to the rest of the cluster.
+    #[arg(long, env = "ETCD_INITIAL_ADVERTISE_PEER_URLS", default_value = "http://127.0.0.1:2380")]
+    pub initial_advertise_peer_urls: String,
+    /// Initial cluster configuration for bootstrapping: name=peerURL,...
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
+    pub initial_cluster: Option<String>,
+    /// Initial cluster state ('new' or 'existing').
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
+    pub initial_cluster_state: String,
+    /// Initial cluster token for the cluster during bootstrap.
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
+    pub initial_cluster_token: String,
+    /// Time (in milliseconds) of a heartbeat interval.
+    #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    pub heartbeat_interval: u64,
+    /// Time (in milliseconds) for an election to timeout.
+    #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    pub election_timeout: u64,
+    /// Number of committed transactions to trigger a snapshot to disk.
+    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 10000)]
+    pub snapshot_count: u64,
+    /// Maximum client request size in bytes the server will accept.
+    #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1572864)]
+    pub max_request_bytes: usize,
+    /// Maximum number of operations permitted in a transaction.
+    #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
+    pub max_txn_ops: usize,
+    /// Accept etcd's --logger / --log-level flags (level: debug, info, warn, error).
+    #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    #[arg(long, env = "ETCD_LOGGER", default_value = "zap", hide = true)]
+    pub logger: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterState {
+    New,
+    Existing,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub name: String,
+    pub data_dir: PathBuf,
+    pub listen_client: Vec<SocketAddr>,
+    pub advertise_client_urls: Vec<String>,
+    pub listen_peer: Vec<SocketAddr>,
+    pub advertise_peer_urls: Vec<String>,
+    /// name -> peer URLs.
+    pub initial_cluster: BTreeMap<String, Vec<String>>,
+    pub initial_cluster_state: ClusterState,
+    pub initial_cluster_token: String,
+    pub heartbeat: Duration,
+    pub election_timeout: Duration,
+    pub snapshot_count: u64,
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+    pub log_level: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(msg.into()))
+}
+
+fn split_urls(flag: &str, s: &str) -> Result<Vec<String>, ConfigError> {
+    let v: Vec<String> = s.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
+    if v.is_empty() {
+        return err(format!("--{flag} must not be empty"));
+    }
+    for u in &v {
+        url_addr(flag, u)?;
+    }
+    Ok(v)
+}
+
+/// host:port of an http URL (etcd accepts `http://host:port`; TLS is not supported).
+fn url_addr(flag: &str, u: &str) -> Result<String, ConfigError> {
+    let parsed = url::Url::parse(u).map_err(|e| ConfigError(format!("--{flag}: invalid URL {u:?}: {e}")))?;
+    match parsed.scheme() {
+        "http" => {}
+        "https" | "unixs" => return err(format!("--{flag}: {u:?}: TLS is not supported")),
+        s => return err(format!("--{flag}: URL scheme must be http, got {s:?} in {u:?}")),
+    }
+    let host = parsed.host_str().ok_or_else(|| ConfigError(format!("--{flag}: {u:?} has no host")))?;
+    let port = parsed
+        .port()
+        .ok_or_else(|| ConfigError(format!("--{flag}: {u:?} has no port")))?;
+    Ok(format!("{host}:{port}"))
+}
+
+fn resolve(flag: &str, u: &str) -> Result<SocketAddr, ConfigError> {
+    use std::net::ToSocketAddrs;
+    let hp = url_addr(flag, u)?;
+    hp.to_socket_addrs()
+        .map_err(|e| ConfigError(format!("--{flag}: cannot resolve {hp}: {e}")))?
+        .next()
+        .ok_or_else(|| ConfigError(format!("--{flag}: cannot resolve {hp}")))
+}
+
+impl Flags {
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        if self.name.is_empty() {
+            return err("--name must not be empty");
+        }
+        let data_dir = self.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!("{}.kvd", self.name)));
+        let listen_client = split_urls("listen-client-urls", &self.listen_client_urls)?
+            .iter()
+            .map(|u| resolve("listen-client-urls", u))
+            .collect::<Result<_, _>>()?;
+        let listen_peer = split_urls("listen-peer-urls", &self.listen_peer_urls)?
+            .iter()
+            .map(|u| resolve("listen-peer-urls", u))
+            .collect::<Result<_, _>>()?;
+        let advertise_client_urls = split_urls("advertise-client-urls", &self.advertise_client_urls)?;
+        let advertise_peer_urls = split_urls("initial-advertise-peer-urls", &self.initial_advertise_peer_urls)?;
+        let initial_cluster_state = match self.initial_cluster_state.as_str() {
+            "new" => ClusterState::New,
+            "existing" => ClusterState::Existing,
+            s => return err(format!("--initial-cluster-state must be 'new' or 'existing', got {s:?}")),
+        };
+        let ic = self
+            .initial_cluster
+            .clone()
+            .unwrap_or_else(|| format!("{}={}", self.name, advertise_peer_urls.join(&format!(",{}=", self.name))));
+        let mut initial_cluster: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for part in ic.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (n, u) = part
+                .split_once('=')
+                .ok_or_else(|| ConfigError(format!("--initial-cluster: {part:?} is not name=peerURL")))?;
+            url_addr("initial-cluster", u)?;
+            initial_cluster.entry(n.to_string()).or_default().push(u.to_string());
+        }
+        let Some(mine) = initial_cluster.get(&self.name) else {
+            return err(format!(
+                "couldn't find local name {:?} in the initial cluster configuration",
+                self.name
+            ));
+        };
+        let (mut a, mut b) = (mine.clone(), advertise_peer_urls.clone());
+        a.sort();
+        b.sort();
+        if a != b {
+            return err(format!(
+                "--initial-cluster has {}={} but missing from --initial-advertise-peer-urls={} (\"{}\"(resolved from {:?}) != \"{}\"(resolved from {:?}))",
+                self.name,
+                mine.join(","),
+                advertise_peer_urls.join(","),
+                b.join(","),
+                advertise_peer_urls,
+                a.join(","),
+                mine
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for u in initial_cluster.values().flatten() {
+            if !seen.insert(u) {
+                return err(format!("--initial-cluster: peer URL {u} is listed twice"));
+            }
+        }
+        if self.heartbeat_interval == 0 || self.election_timeout < 5 * self.heartbeat_interval {
+            return err(format!(
+                "--election-timeout[{}ms] should be at least 5 times as --heartbeat-interval[{}ms]",
+                self.election_timeout, self.heartbeat_interval
+            ));
+        }
+        if self.max_txn_ops == 0 {
+            return err("--max-txn-ops must be positive");
+        }
+        Ok(Config {
+            name: self.name,
+            data_dir,
+            listen_client,
+            advertise_client_urls,
+            listen_peer,
+            advertise_peer_urls,
+            initial_cluster,
+            initial_cluster_state,
+            initial_cluster_token: self.initial_cluster_token,
+            heartbeat: Duration::from_millis(self.heartbeat_interval),
+            election_timeout: Duration::from_millis(self.election_timeout),
+            snapshot_count: self.snapshot_count,
+            max_request_bytes: self.max_request_bytes,
+            max_txn_ops: self.max_txn_ops,
+            log_level: self.log_level,
+        })
+    }
+}
+
+/// etcd's member id: the first 8 bytes (big-endian) of sha1(sorted peer URLs ++ token [++ time]).
+pub fn compute_member_id(peer_urls: &[String], token: &str, now_unix: Option<u64>) -> u64 {
+    let mut urls = peer_urls.to_vec();
+    urls.sort();
+    let mut b = urls.concat().into_bytes();
+    b.extend_from_slice(token.as_bytes());
+    if let Some(t) = now_unix {
+        b.extend_from_slice(&t.to_be_bytes());
+    }
+    let h = sha1_smol::Sha1::from(&b).digest().bytes();
+    u64::from_be_bytes(h[..8].try_into().unwrap())
+}
+
+/// etcd's cluster id: the first 8 bytes of sha1 over the sorted member ids (big-endian each).
+pub fn compute_cluster_id(member_ids: &[u64]) -> u64 {
+    let mut ids = member_ids.to_vec();
+    ids.sort();
+    let mut b = Vec::with_capacity(ids.len() * 8);
+    for id in ids {
+        b.extend_from_slice(&id.to_be_bytes());
+    }
+    let h = sha1_smol::Sha1::from(&b).digest().bytes();
+    u64::from_be_bytes(h[..8].try_into().unwrap())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Result<Config, String> {
+        let mut v = vec!["kvd"];
+        v.extend_from_slice(args);
+        Flags::try_parse_from(v).map_err(|e| e.to_string())?.validate().map_err(|e| e.0)
+    }
+
+    #[test]
+    fn defaults_are_a_single_member_on_loopback() {
+        let c = flags(&[]).unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("default.kvd"));
+        assert_eq!(c.listen_client, vec!["127.0.0.1:2379".parse().unwrap()]);
+        assert_eq!(c.initial_cluster.len(), 1);
+        assert_eq!(c.initial_cluster_state, ClusterState::New);
+    }
+
+    #[test]
+    fn name_missing_from_initial_cluster_is_one_line_error() {
+        let e = flags(&["--name", "x", "--initial-cluster", "a=http://127.0.0.1:1"]).unwrap_err();
+        assert!(e.contains("couldn't find local name"), "{e}");
+    }
+
+    #[test]
+    fn bad_cluster_state_and_urls_are_refused() {
+        assert!(flags(&["--initial-cluster-state", "old"]).unwrap_err().contains("'new' or 'existing'"));
+        assert!(flags(&["--listen-client-urls", "127.0.0.1:2379"]).is_err());
+        assert!(flags(&["--election-timeout", "100"]).unwrap_err().contains("5 times"));
+        assert!(flags(&["--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn member_ids_are_stable_and_distinct() {
+        let a = compute_member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster", None);
+        let b = compute_member_id(&["http://127.0.0.1:2381".into()], "etcd-cluster", None);
+        assert_ne!(a, b);
+        assert_eq!(a, compute_member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster", None));
+        assert_eq!(compute_cluster_id(&[a, b]), compute_cluster_id(&[b, a]));
+    }
+}

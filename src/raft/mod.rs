@@ -1,0 +1,19 @@
+//! Raft: openraft's type config, the WAL-backed log store, the sled-backed state machine,
+//! snapshot files, the peer network (client and server) and the node glue that proposes
+//! writes and serves read-index barriers.
+
+pub mod error;
+pub mod log_store;
+pub mod network;
+pub mod node;
+pub mod peer_service;
+pub mod snapshot_file;
+pub mod state_machine;
+pub mod types;
+
+pub use error::StoreError;
+pub use node::{ProposeError, RaftNode};
+pub use types::{Member, NodeId, Raft, TypeConfig};
+
+#[cfg(test)]
+mod storage_suite;

@@ -1,0 +1,236 @@
+//! One member's Raft node and the two things every client request needs from it: proposing a
+//! write (locally on the leader, forwarded to the leader otherwise) and a linearizable read
+//! barrier (read index, obtained from the leader when this member is a follower).
+//!
+//! Invariants:
+//! - A write acknowledged by this member has been applied by this member, even when the leader
+//!   applied it: the forwarding member waits for its own apply of the returned log index, so a
+//!   client reads its own write (serializably too) on the member it wrote through, as with etcd.
+//! - A linearizable read is served only after this member has applied the leader's commit
+//!   index as confirmed by a quorum at the time of the request.
+
+use openraft::async_runtime::WatchReceiver;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use openraft::raft::ReadPolicy;
+use prost::Message;
+
+use super::log_store::LogStore;
+use super::network::Channels;
+use super::state_machine::StateMachine;
+use super::types::{Command, Member, NodeId, Raft};
+use crate::proto::kvdpb::{ForwardRequest, InternalRequest, InternalResponse, ReadIndexRequest};
+
+/// How long a request waits for a leader, for its commit, or for a read index.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ProposeError {
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    #[error("etcdserver: {0}")]
+    Internal(String),
+}
+
+/// A member's Raft node with its storage.
+#[derive(Clone)]
+pub struct RaftNode {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub sm: StateMachine,
+    pub log: LogStore,
+    pub channels: Channels,
+    /// Last time the leader reached this member (appends and heartbeats), for `has_leader`.
+    pub leader_contact: Arc<Mutex<Instant>>,
+    pub election_timeout: Duration,
+}
+
+impl RaftNode {
+    /// Current leader id and its member record, if known.
+    pub fn leader(&self) -> Option<(NodeId, Member)> {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id)?.clone();
+        Some((id, node))
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow_watched().current_term
+    }
+
+    /// Whether this member currently has a live leader, as etcd's "no leader" check means it:
+    /// a leader that has heard from a quorum recently, or a follower that has heard from its
+    /// leader within an election timeout (openraft keeps naming the last leader otherwise).
+    pub fn has_leader(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let limit = 2 * self.election_timeout;
+        match m.current_leader {
+            None => false,
+            Some(l) if l == self.id => {
+                m.membership_config.membership().voter_ids().count() == 1
+                    || m.last_quorum_acked.is_some_and(|t| openraft::Instant::elapsed(&t.into_inner()) <= limit)
+            }
+            Some(_) => self.leader_contact.lock().unwrap().elapsed() <= limit,
+        }
+    }
+
+    /// Called by the peer service whenever the leader's append or heartbeat arrives.
+    pub fn touch_leader(&self) {
+        *self.leader_contact.lock().unwrap() = Instant::now();
+    }
+
+    /// Waits (until `deadline`) for a leader to be known.
+    async fn wait_leader(&self, deadline: Instant) -> Result<(NodeId, Member), ProposeError> {
+        let mut rx = self.raft.metrics();
+        loop {
+            if let Some(l) = self.leader() {
+                return Ok(l);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ProposeError::NoLeader);
+            }
+            match tokio::time::timeout(left, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(ProposeError::Stopped),
+                Err(_) => return Err(ProposeError::NoLeader),
+            }
+        }
+    }
+
+    /// Replicates `req` and returns what applying it produced, once this member has applied it.
+    pub async fn propose(&self, req: InternalRequest) -> Result<InternalResponse, ProposeError> {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let cmd = Command(Bytes::from(req.encode_to_vec()));
+        loop {
+            let (leader, member) = self.wait_leader(deadline).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let attempt = if leader == self.id {
+                self.write_local(cmd.clone(), left).await
+            } else {
+                self.write_forwarded(&member, &req, left).await
+            };
+            match attempt {
+                Ok((resp, index)) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::timeout(left, self.sm.wait_applied(index))
+                        .await
+                        .map_err(|_| ProposeError::Timeout)?;
+                    return Ok(resp);
+                }
+                // Leadership moved while we were asking: look again.
+                Err(Retry::Again) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(Retry::Again) => return Err(ProposeError::Timeout),
+                Err(Retry::Fail(e)) => return Err(e),
+            }
+        }
+    }
+
+    async fn write_local(&self, cmd: Command, left: Duration) -> Result<(InternalResponse, u64), Retry> {
+        let r = tokio::time::timeout(left, self.raft.client_write(cmd))
+            .await
+            .map_err(|_| Retry::Fail(ProposeError::Timeout))?;
+        match r {
+            Ok(resp) => {
+                let ir = InternalResponse::decode(resp.data.0)
+                    .map_err(|e| Retry::Fail(ProposeError::Internal(e.to_string())))?;
+                Ok((ir, resp.log_id.index))
+            }
+            Err(e) if e.forward_to_leader().is_some() => Err(Retry::Again),
+            Err(e) => Err(Retry::Fail(ProposeError::Internal(e.to_string()))),
+        }
+    }
+
+    async fn write_forwarded(
+        &self,
+        leader: &Member,
+        req: &InternalRequest,
+        left: Duration,
+    ) -> Result<(InternalResponse, u64), Retry> {
+        let mut client = self.channels.peer(leader).map_err(|e| Retry::Fail(ProposeError::Internal(e)))?;
+        let call = client.forward(ForwardRequest {
+            request: Some(req.clone()),
+        });
+        match tokio::time::timeout(left, call).await {
+            Err(_) => Err(Retry::Fail(ProposeError::Timeout)),
+            Ok(Ok(r)) => {
+                let r = r.into_inner();
+                let resp = r.response.ok_or(Retry::Fail(ProposeError::Internal("empty forward reply".into())))?;
+                Ok((resp, r.log_index))
+            }
+            // The leader we knew stepped down or is unreachable: retry with the next one.
+            Ok(Err(s)) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::FailedPrecondition) => {
+                Err(Retry::Again)
+            }
+            Ok(Err(s)) => Err(Retry::Fail(ProposeError::Internal(s.message().to_string()))),
+        }
+    }
+
+    /// Leader side of a forwarded write.
+    pub async fn apply_forwarded(&self, req: InternalRequest) -> Result<(InternalResponse, u64), tonic::Status> {
+        let cmd = Command(Bytes::from(req.encode_to_vec()));
+        match self.write_local(cmd, REQUEST_TIMEOUT).await {
+            Ok(r) => Ok(r),
+            Err(Retry::Again) => Err(tonic::Status::failed_precondition("not leader")),
+            Err(Retry::Fail(e)) => Err(tonic::Status::unavailable(e.to_string())),
+        }
+    }
+
+    /// The leader's read index (leader side of ReadIndex): confirms leadership with a quorum.
+    pub async fn local_read_index(&self) -> Result<u64, tonic::Status> {
+        match self.raft.get_read_log_id(ReadPolicy::ReadIndex).await {
+            Ok((read, _)) => Ok(read.index()),
+            Err(e) if e.forward_to_leader().is_some() => Err(tonic::Status::failed_precondition("not leader")),
+            Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+        }
+    }
+
+    /// Blocks until a linearizable read may be served from this member's state machine.
+    pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            let (leader, member) = self.wait_leader(deadline).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let index = if leader == self.id {
+                tokio::time::timeout(left, self.local_read_index()).await
+            } else {
+                let mut client = self.channels.peer(&member).map_err(ProposeError::Internal)?;
+                tokio::time::timeout(left, async move {
+                    client
+                        .read_index(ReadIndexRequest {})
+                        .await
+                        .map(|r| r.into_inner().read_index)
+                })
+                .await
+            };
+            match index {
+                Err(_) => return Err(ProposeError::Timeout),
+                Ok(Ok(index)) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    return tokio::time::timeout(left, self.sm.wait_applied(index))
+                        .await
+                        .map_err(|_| ProposeError::Timeout);
+                }
+                Ok(Err(_)) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(Err(_)) => return Err(ProposeError::Timeout),
+            }
+        }
+    }
+}
+
+enum Retry {
+    Again,
+    Fail(ProposeError),
+}

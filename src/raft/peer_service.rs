@@ -1,0 +1,140 @@
+//! Server side of the peer protocol: hands openraft's RPCs to the local Raft node, and serves
+//! the leader's half of forwarded writes and read-index requests.
+
+use openraft::async_runtime::WatchReceiver;
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::log_store::encode;
+use super::node::RaftNode;
+use super::types::{Snapshot, SnapshotMeta, Vote};
+use crate::proto::kvdpb::peer_server::Peer;
+use crate::proto::kvdpb::{
+    ForwardRequest, ForwardResponse, MemberInfoRequest, MemberInfoResponse, RaftBlob,
+    ReadIndexRequest, ReadIndexResponse, SnapshotChunk,
+};
+
+pub struct PeerService {
+    pub node: RaftNode,
+    pub cluster_id: u64,
+}
+
+fn unblob<T: DeserializeOwned>(b: &[u8]) -> Result<T, Status> {
+    bincode::deserialize(b).map_err(|e| Status::invalid_argument(format!("bad peer message: {e}")))
+}
+
+fn blob<T: serde::Serialize>(v: &T) -> Response<RaftBlob> {
+    Response::new(RaftBlob { data: encode(v) })
+}
+
+fn fatal(e: impl std::fmt::Display) -> Status {
+    Status::internal(e.to_string())
+}
+
+type BlobStream = Pin<Box<dyn Stream<Item = Result<RaftBlob, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Peer for PeerService {
+    async fn append(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
+        let rpc = unblob(&req.into_inner().data)?;
+        self.node.touch_leader();
+        let r = self.node.raft.append_entries(rpc).await.map_err(fatal)?;
+        Ok(blob(&r))
+    }
+
+    type StreamAppendStream = BlobStream;
+
+    async fn stream_append(
+        &self,
+        req: Request<Streaming<RaftBlob>>,
+    ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        // A message that does not decode ends the stream; the leader then starts a new one.
+        let node = self.node.clone();
+        let input = req
+            .into_inner()
+            .take_while(|r| futures::future::ready(r.is_ok()))
+            .filter_map(move |r| {
+                node.touch_leader();
+                async move { r.ok().and_then(|b| bincode::deserialize(&b.data).ok()) }
+            });
+        let out = self.node.raft.stream_append(Box::pin(input)).map(|r| match r {
+            Ok(res) => Ok(RaftBlob { data: encode(&res) }),
+            Err(e) => Err(fatal(e)),
+        });
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn vote(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
+        let rpc = unblob(&req.into_inner().data)?;
+        let r = self.node.raft.vote(rpc).await.map_err(fatal)?;
+        Ok(blob(&r))
+    }
+
+    async fn pre_vote(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
+        let rpc = unblob(&req.into_inner().data)?;
+        let r = self.node.raft.pre_vote(rpc).await.map_err(fatal)?;
+        Ok(blob(&r))
+    }
+
+    async fn transfer_leader(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
+        let rpc = unblob(&req.into_inner().data)?;
+        let r = self.node.raft.handle_transfer_leader(rpc).await.map_err(fatal)?;
+        Ok(blob(&r))
+    }
+
+    async fn install_snapshot(&self, req: Request<Streaming<SnapshotChunk>>) -> Result<Response<RaftBlob>, Status> {
+        let mut stream = req.into_inner();
+        let first = stream
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
+        let (vote, meta): (Vote, SnapshotMeta) = unblob(&first.header)?;
+        let mut data = first.data;
+        while let Some(chunk) = stream.next().await {
+            data.extend_from_slice(&chunk?.data);
+        }
+        let snapshot = Snapshot { meta, snapshot: data };
+        let r = self.node.raft.install_full_snapshot(vote, snapshot).await.map_err(fatal)?;
+        Ok(blob(&r))
+    }
+
+    async fn forward(&self, req: Request<ForwardRequest>) -> Result<Response<ForwardResponse>, Status> {
+        let inner = req
+            .into_inner()
+            .request
+            .ok_or_else(|| Status::invalid_argument("missing request"))?;
+        let (resp, log_index) = self.node.apply_forwarded(inner).await?;
+        Ok(Response::new(ForwardResponse {
+            response: Some(resp),
+            log_index,
+        }))
+    }
+
+    async fn read_index(&self, _req: Request<ReadIndexRequest>) -> Result<Response<ReadIndexResponse>, Status> {
+        let read_index = self.node.local_read_index().await?;
+        Ok(Response::new(ReadIndexResponse {
+            read_index,
+            term: self.node.term(),
+        }))
+    }
+
+    async fn member_info(&self, req: Request<MemberInfoRequest>) -> Result<Response<MemberInfoResponse>, Status> {
+        let urls = req.into_inner().peer_urls;
+        let m = self.node.raft.metrics();
+        let m = m.borrow_watched();
+        let found = m
+            .membership_config
+            .membership()
+            .nodes()
+            .find(|(_, n)| n.peer_urls.iter().any(|u| urls.contains(u)))
+            .map(|(id, _)| *id);
+        Ok(Response::new(MemberInfoResponse {
+            member_id: found.unwrap_or(0),
+            cluster_id: self.cluster_id,
+            found: found.is_some(),
+        }))
+    }
+}

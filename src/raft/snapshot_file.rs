@@ -1,0 +1,132 @@
+//! Snapshot files: `snap/<last index, 16 hex>.snap`.
+//!
+//! Layout (integers little-endian):
+//! ```text
+//! magic "KVDSNAP\0" (8) | version u32 | meta_len u32 | meta (bincode SnapshotMeta)
+//! | data_len u64 | data | crc32 u32 (over every preceding byte)
+//! ```
+//! A file is written as `<name>.tmp`, fsynced, renamed into place, and the directory fsynced,
+//! so a crash leaves either the old set of snapshots or the new one, never a partial file under
+//! a final name.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::error::StoreError;
+use super::log_store::{decode, encode};
+use super::types::SnapshotMeta;
+
+const MAGIC: &[u8; 8] = b"KVDSNAP\0";
+const VERSION: u32 = 1;
+
+fn file_name(meta: &SnapshotMeta) -> String {
+    format!("{:016x}.snap", meta.last_log_id.map_or(0, |l| l.index))
+}
+
+fn bad(path: &Path, reason: impl Into<String>) -> StoreError {
+    StoreError::Snapshot {
+        file: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Writes a snapshot durably (see the module doc).
+pub fn write(dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> Result<PathBuf, StoreError> {
+    let meta_b = encode(meta);
+    let mut buf = Vec::with_capacity(data.len() + meta_b.len() + 32);
+    buf.extend_from_slice(MAGIC);
+    buf.extend_from_slice(&VERSION.to_le_bytes());
+    buf.extend_from_slice(&(meta_b.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&meta_b);
+    buf.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    buf.extend_from_slice(data);
+    let crc = crc32fast::hash(&buf);
+    buf.extend_from_slice(&crc.to_le_bytes());
+
+    let name = file_name(meta);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let dst = dir.join(name);
+    let mut f = File::create(&tmp)?;
+    f.write_all(&buf)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, &dst)?;
+    sync_dir(dir)?;
+    Ok(dst)
+}
+
+/// Reads and verifies a whole snapshot file.
+pub fn read(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), StoreError> {
+    let mut buf = Vec::new();
+    File::open(path)?.read_to_end(&mut buf)?;
+    if buf.len() < 8 + 4 + 4 + 8 + 4 || &buf[..8] != MAGIC {
+        return Err(bad(path, "not a kvd snapshot file"));
+    }
+    let (body, crc) = buf.split_at(buf.len() - 4);
+    if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+        return Err(bad(path, "checksum mismatch"));
+    }
+    let version = u32::from_le_bytes(body[8..12].try_into().unwrap());
+    if version != VERSION {
+        return Err(bad(path, format!("unsupported snapshot format version {version}")));
+    }
+    let meta_len = u32::from_le_bytes(body[12..16].try_into().unwrap()) as usize;
+    let meta_end = 16 + meta_len;
+    if body.len() < meta_end + 8 {
+        return Err(bad(path, "truncated"));
+    }
+    let meta: SnapshotMeta = decode("snapshot meta", &body[16..meta_end])?;
+    let data_len = u64::from_le_bytes(body[meta_end..meta_end + 8].try_into().unwrap()) as usize;
+    let data = &body[meta_end + 8..];
+    if data.len() != data_len {
+        return Err(bad(path, "length mismatch"));
+    }
+    Ok((meta, data.to_vec()))
+}
+
+fn snapshot_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut v = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let p = e?.path();
+        match p.extension().and_then(|x| x.to_str()) {
+            Some("snap") => v.push(p),
+            // Leftover of a write interrupted by a crash: never renamed, so never used.
+            Some("tmp") => {
+                let _ = fs::remove_file(&p);
+            }
+            _ => {}
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// The newest snapshot, if any.
+pub fn latest(dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError> {
+    match snapshot_files(dir)?.pop() {
+        Some(p) => Ok(Some((read(&p)?.0, p))),
+        None => Ok(None),
+    }
+}
+
+/// Removes snapshots older than `meta`'s.
+pub fn remove_older(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
+    let keep = dir.join(file_name(meta));
+    let mut removed = false;
+    for p in snapshot_files(dir)? {
+        if p < keep {
+            fs::remove_file(&p)?;
+            removed = true;
+        }
+    }
+    if removed {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}

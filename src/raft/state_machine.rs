@@ -1,0 +1,354 @@
+//! The Raft state machine: etcd's MVCC key space on sled, plus Raft's own apply metadata.
+//!
+//! Invariants:
+//! - Data, last-applied log id, membership and member attributes change in ONE sled
+//!   transaction per applied batch (`MvccStore::apply` takes the metadata writes), so after a
+//!   crash sled is at some batch boundary, never between.
+//! - sled is not the source of truth and is not flushed per apply: on restart openraft
+//!   re-applies from sled's last-applied up to the durable committed index in the WAL.
+//! - A snapshot is a point-in-time dump taken on the state-machine task (apply is paused while
+//!   it copies), written to a file that is fsynced, renamed and whose directory is fsynced.
+//!   sled is flushed before the snapshot is reported built, because openraft may purge the log
+//!   below it right after.
+//! - Installing a snapshot is crash-safe: the snapshot file is durable first, an "installing"
+//!   marker is flushed to sled, then the trees are replaced; a restart that finds the marker
+//!   (or a sled older than the newest snapshot) reinstalls from the file.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use openraft::entry::RaftEntry;
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend};
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::error::StoreError;
+use super::log_store::{decode, encode};
+use super::snapshot_file;
+use super::types::{
+    CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
+};
+use crate::mvcc::{MvccStore, WriteRequest, WriteResponse};
+use crate::proto::kvdpb::{
+    internal_request, internal_response, InternalRequest, InternalResponse, MemberAttributes,
+};
+
+const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
+const META_MEMBERSHIP: &[u8] = b"raft/membership";
+const META_INSTALLING: &[u8] = b"raft/installing_snapshot";
+const META_MEMBER_PREFIX: &str = "member/";
+
+/// A member's published attributes (etcd's `publish`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberAttrs {
+    pub name: String,
+    pub client_urls: Vec<String>,
+}
+
+/// The contents of a snapshot file: every tree of the state machine database.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct SnapshotPayload {
+    pub items: Vec<(String, Vec<u8>, Vec<u8>)>,
+}
+
+/// Shared state-machine handle: the apply task and every reader (KV service, watchers,
+/// snapshot builder) hold one.
+pub struct SmShared {
+    pub db: sled::Db,
+    pub mvcc: MvccStore,
+    snap_dir: PathBuf,
+    applied_tx: watch::Sender<u64>,
+}
+
+#[derive(Clone)]
+pub struct StateMachine {
+    pub shared: Arc<SmShared>,
+}
+
+impl StateMachine {
+    /// Opens (or creates) the state machine under `dir` (`dir/db` for sled, `dir/snap` for
+    /// snapshot files) and repairs an interrupted snapshot install.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let snap_dir = dir.join("snap");
+        std::fs::create_dir_all(&snap_dir)?;
+        let db = sled::Config::new().path(dir.join("db")).open()?;
+        let mvcc = MvccStore::open(&db)?;
+        let (applied_tx, _) = watch::channel(0);
+        let sm = StateMachine {
+            shared: Arc::new(SmShared {
+                db,
+                mvcc,
+                snap_dir,
+                applied_tx,
+            }),
+        };
+        sm.repair_from_snapshot()?;
+        let applied = sm.last_applied()?.map_or(0, |l| l.index);
+        sm.shared.applied_tx.send_replace(applied);
+        Ok(sm)
+    }
+
+    fn repair_from_snapshot(&self) -> Result<(), StoreError> {
+        let Some((meta, path)) = snapshot_file::latest(&self.shared.snap_dir)? else {
+            return Ok(());
+        };
+        let installing = self.shared.mvcc.get_meta(META_INSTALLING)?.is_some();
+        let applied = self.last_applied()?;
+        if installing || applied.map(|l| l.index) < meta.last_log_id.map(|l| l.index) {
+            tracing::warn!(snapshot = %path.display(), "state machine older than snapshot: reinstalling");
+            let data = snapshot_file::read(&path)?.1;
+            self.load_snapshot(&meta, &data)?;
+        }
+        Ok(())
+    }
+
+    pub fn last_applied(&self) -> Result<Option<LogId>, StoreError> {
+        match self.shared.mvcc.get_meta(META_LAST_APPLIED)? {
+            Some(b) => decode("last applied", &b),
+            None => Ok(None),
+        }
+    }
+
+    pub fn membership(&self) -> Result<StoredMembership, StoreError> {
+        match self.shared.mvcc.get_meta(META_MEMBERSHIP)? {
+            Some(b) => decode("membership", &b),
+            None => Ok(StoredMembership::default()),
+        }
+    }
+
+    /// Published attributes of a member, if it has published.
+    pub fn member_attrs(&self, id: NodeId) -> Result<Option<MemberAttrs>, StoreError> {
+        let key = format!("{META_MEMBER_PREFIX}{id:016x}");
+        match self.shared.mvcc.get_meta(key.as_bytes())? {
+            Some(b) => Ok(Some(decode("member attributes", &b)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Receiver of the last applied log index.
+    pub fn applied_index(&self) -> watch::Receiver<u64> {
+        self.shared.applied_tx.subscribe()
+    }
+
+    /// Waits until the state machine has applied `index`.
+    pub async fn wait_applied(&self, index: u64) {
+        let mut rx = self.applied_index();
+        // The sender lives as long as `self`, so this only ends when the index is reached.
+        let _ = rx.wait_for(|&a| a >= index).await;
+    }
+
+    fn load_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), StoreError> {
+        let payload: SnapshotPayload = decode("snapshot", data)?;
+        let mvcc = &self.shared.mvcc;
+        mvcc.apply(&[], &[(META_INSTALLING.to_vec(), Some(b"1".to_vec()))])?;
+        self.shared.db.flush()?;
+        mvcc.load(payload.items)?;
+        // The dump carries the snapshot's own last-applied and membership; restate them from
+        // the meta in case the dump was taken by an older layout.
+        mvcc.apply(
+            &[],
+            &[
+                (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
+                (META_MEMBERSHIP.to_vec(), Some(encode(&meta.last_membership))),
+                (META_INSTALLING.to_vec(), None),
+            ],
+        )?;
+        self.shared.db.flush()?;
+        let applied = meta.last_log_id.map_or(0, |l| l.index);
+        self.shared.applied_tx.send_replace(applied);
+        Ok(())
+    }
+}
+
+/// Decodes and applies one batch of normal entries' requests.
+fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
+    use internal_request::Request as R;
+    match req.request? {
+        R::Put(p) => Some(WriteRequest::Put(p)),
+        R::DeleteRange(d) => Some(WriteRequest::DeleteRange(d)),
+        R::Txn(t) => Some(WriteRequest::Txn(t)),
+        R::Compaction(c) => Some(WriteRequest::Compact(c)),
+        R::Publish(_) => None,
+    }
+}
+
+fn to_internal_response(r: WriteResponse) -> (internal_response::Response, i64) {
+    use internal_response::Response as R;
+    let rev = |h: &Option<crate::proto::etcdserverpb::ResponseHeader>| h.as_ref().map_or(0, |h| h.revision);
+    match r {
+        WriteResponse::Put(p) => (rev(&p.header), R::Put(p)).swap(),
+        WriteResponse::DeleteRange(d) => (rev(&d.header), R::DeleteRange(d)).swap(),
+        WriteResponse::Txn(t) => (rev(&t.header), R::Txn(t)).swap(),
+        WriteResponse::Compact(c) => (rev(&c.header), R::Compaction(c)).swap(),
+    }
+}
+
+trait Swap<A, B> {
+    fn swap(self) -> (B, A);
+}
+impl<A, B> Swap<A, B> for (A, B) {
+    fn swap(self) -> (B, A) {
+        (self.1, self.0)
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = Vec<u8>;
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        Ok((self.last_applied()?, self.membership()?))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: futures::Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        let mut batch = Vec::new();
+        while let Some(item) = entries.next().await {
+            batch.push(item?);
+        }
+        let Some(last) = batch.last().map(|(e, _)| e.log_id()) else {
+            return Ok(());
+        };
+
+        // Which write request (if any) each entry maps to.
+        let mut reqs = Vec::new();
+        let mut slots: Vec<Option<usize>> = Vec::with_capacity(batch.len());
+        let mut meta = Vec::new();
+        let mut membership = None;
+        for (entry, _) in &batch {
+            let mut slot = None;
+            match &entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(cmd) => {
+                    let req = InternalRequest::decode(cmd.0.clone()).map_err(|e| {
+                        io::Error::other(format!("entry {}: bad command: {e}", entry.log_id()))
+                    })?;
+                    if let Some(internal_request::Request::Publish(MemberAttributes {
+                        member_id,
+                        name,
+                        client_urls,
+                    })) = &req.request
+                    {
+                        let attrs = MemberAttrs {
+                            name: name.clone(),
+                            client_urls: client_urls.clone(),
+                        };
+                        let key = format!("{META_MEMBER_PREFIX}{member_id:016x}");
+                        meta.push((key.into_bytes(), Some(encode(&attrs))));
+                    } else if let Some(w) = to_write_request(req) {
+                        slot = Some(reqs.len());
+                        reqs.push(w);
+                    }
+                }
+                EntryPayload::Membership(m) => {
+                    membership = Some(StoredMembership::new(Some(entry.log_id()), m.clone()));
+                }
+            }
+            slots.push(slot);
+        }
+        meta.push((META_LAST_APPLIED.to_vec(), Some(encode(&Some(last)))));
+        if let Some(m) = &membership {
+            meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
+        }
+        let mut results = self.shared.mvcc.apply(&reqs, &meta).map_err(StoreError::from)?;
+        let current = self.shared.mvcc.current_revision();
+
+        for ((_, responder), slot) in batch.into_iter().zip(slots) {
+            let Some(responder) = responder else { continue };
+            let resp = match slot {
+                None => InternalResponse {
+                    response: None,
+                    revision: current,
+                },
+                Some(i) => match std::mem::replace(&mut results[i], Err(crate::mvcc::MvccError::Storage(String::new()))) {
+                    Ok(w) => {
+                        let (r, rev) = to_internal_response(w);
+                        InternalResponse {
+                            response: Some(r),
+                            revision: rev,
+                        }
+                    }
+                    Err(e) => InternalResponse {
+                        response: Some(internal_response::Response::Error(e.to_string())),
+                        revision: current,
+                    },
+                },
+            };
+            responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
+        }
+        self.shared.applied_tx.send_replace(last.index);
+        Ok(())
+    }
+
+    async fn try_create_snapshot_builder(&mut self, _force: bool) -> Option<Self::SnapshotBuilder> {
+        Some(self.get_snapshot_builder().await)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // Runs on the state-machine task, so no apply interleaves with this copy: the dump is
+        // a point-in-time view (sled itself has no snapshot reads).
+        let dump = (|| -> Result<_, StoreError> {
+            Ok((self.last_applied()?, self.membership()?, self.shared.mvcc.dump()?))
+        })();
+        SnapshotBuilder {
+            sm: self.clone(),
+            dump: Some(dump),
+        }
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> Result<(), io::Error> {
+        snapshot_file::write(&self.shared.snap_dir, meta, &snapshot)?;
+        self.load_snapshot(meta, &snapshot)?;
+        snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let Some((_, path)) = snapshot_file::latest(&self.shared.snap_dir)? else {
+            return Ok(None);
+        };
+        let (meta, data) = snapshot_file::read(&path)?;
+        Ok(Some(Snapshot { meta, snapshot: data }))
+    }
+}
+
+type Dump = (Option<LogId>, StoredMembership, Vec<(String, Vec<u8>, Vec<u8>)>);
+
+pub struct SnapshotBuilder {
+    sm: StateMachine,
+    dump: Option<Result<Dump, StoreError>>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let (last_applied, membership, items) = self
+            .dump
+            .take()
+            .ok_or_else(|| io::Error::other("snapshot builder used twice"))??;
+        let data = encode(&SnapshotPayload { items });
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership,
+        };
+        // sled must be at least as new as the snapshot before openraft purges the log below it.
+        self.sm.shared.db.flush_async().await.map_err(StoreError::from)?;
+        let dir = self.sm.shared.snap_dir.clone();
+        let (meta2, data2) = (meta.clone(), data.clone());
+        tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+            snapshot_file::write(&dir, &meta2, &data2)?;
+            snapshot_file::remove_older(&dir, &meta2)
+        })
+        .await
+        .map_err(io::Error::other)??;
+        Ok(Snapshot { meta, snapshot: data })
+    }
+}

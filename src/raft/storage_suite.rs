@@ -1,0 +1,25 @@
+//! openraft's storage conformance suite, run against the WAL-backed log store and the
+//! sled-backed state machine.
+
+use openraft::testing::log::{StoreBuilder, Suite};
+use openraft::StorageError;
+
+use super::log_store::LogStore;
+use super::state_machine::StateMachine;
+use super::types::TypeConfig;
+
+struct Builder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
+        let d = tempfile::tempdir().expect("tempdir");
+        let log = LogStore::open(&d.path().join("wal")).expect("open log store");
+        let sm = StateMachine::open(&d.path().join("sm")).expect("open state machine");
+        Ok((d, log, sm))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite() {
+    Suite::test_all(Builder).await.expect("storage suite");
+}

@@ -1,0 +1,57 @@
+//! openraft type configuration for kvd.
+//!
+//! A node id is an etcd member id (u64, never reused). A log entry's application payload is a
+//! prost-encoded [`InternalRequest`](crate::proto::kvdpb::InternalRequest): the log carries
+//! etcd's own request messages, so a replica applies exactly what the client sent.
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// A member as Raft's membership config stores it. Only peer URLs are needed to replicate;
+/// name and client URLs are published later through the log (as etcd does) and kept in the
+/// state machine, so the Raft config stays stable when a member restarts with new client URLs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub peer_urls: Vec<String>,
+}
+
+impl fmt::Display for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.peer_urls.join(","))
+    }
+}
+
+/// One replicated command: a prost-encoded `InternalRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command(pub Bytes);
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Command({} bytes)", self.0.len())
+    }
+}
+
+/// What applying one command produced: a prost-encoded `InternalResponse`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResult(pub Bytes);
+
+openraft::declare_raft_types!(
+    /// kvd's Raft types.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = Member,
+);
+
+pub type NodeId = u64;
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Vec<u8>>;
+pub type Membership = openraft::Membership<NodeId, Member>;
+pub type Raft = openraft::Raft<TypeConfig, crate::raft::state_machine::StateMachine>;

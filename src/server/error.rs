@@ -1,0 +1,106 @@
+//! The one place where errors become gRPC statuses, with etcd's codes and messages.
+//!
+//! etcd's clients recognise server errors by their message text (clientv3's rpctypes map the
+//! string back to a typed error), so the message must be etcd's, byte for byte.
+
+use tonic::{Code, Status};
+
+use crate::mvcc::MvccError;
+use crate::raft::ProposeError;
+
+/// Errors a client request can end with, as etcd names them.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ApiError {
+    #[error("etcdserver: request is too large")]
+    RequestTooLarge,
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    #[error("etcdserver: member not found")]
+    MemberNotFound,
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    #[error("{0}")]
+    Unimplemented(String),
+    /// An error text produced by applying a request (MVCC or membership), kept verbatim.
+    #[error("{0}")]
+    Applied(String),
+    #[error("etcdserver: {0}")]
+    Internal(String),
+}
+
+impl From<ProposeError> for ApiError {
+    fn from(e: ProposeError) -> Self {
+        match e {
+            ProposeError::NoLeader => ApiError::NoLeader,
+            ProposeError::Timeout => ApiError::Timeout,
+            ProposeError::Stopped => ApiError::Stopped,
+            ProposeError::Internal(s) => ApiError::Internal(s),
+        }
+    }
+}
+
+impl From<MvccError> for ApiError {
+    fn from(e: MvccError) -> Self {
+        ApiError::Applied(e.to_string())
+    }
+}
+
+/// etcd's gRPC code for an error message (see etcd's api/v3rpc/rpctypes/error.go).
+fn code_of(msg: &str) -> Code {
+    match msg {
+        "etcdserver: key is not provided"
+        | "etcdserver: key not found"
+        | "etcdserver: value is provided"
+        | "etcdserver: lease is provided"
+        | "etcdserver: too many operations in txn request"
+        | "etcdserver: duplicate key given in txn request"
+        | "etcdserver: request is too large" => Code::InvalidArgument,
+        "etcdserver: mvcc: required revision has been compacted"
+        | "etcdserver: mvcc: required revision is a future revision" => Code::OutOfRange,
+        "etcdserver: requested lease not found" | "etcdserver: member not found" => Code::NotFound,
+        "etcdserver: mvcc: database space exceeded" => Code::ResourceExhausted,
+        "etcdserver: Peer URLs already exists"
+        | "etcdserver: member ID already exist"
+        | "etcdserver: re-configuration failed due to not enough started members"
+        | "etcdserver: can only promote a learner member which is in sync with leader"
+        | "etcdserver: can only promote a learner member"
+        | "etcdserver: too many learner members in cluster" => Code::FailedPrecondition,
+        "etcdserver: no leader"
+        | "etcdserver: request timed out"
+        | "etcdserver: server stopped"
+        | "etcdserver: unhealthy cluster"
+        | "etcdserver: leader changed" => Code::Unavailable,
+        _ => Code::Unknown,
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Status {
+        let msg = e.to_string();
+        let code = match &e {
+            ApiError::Unimplemented(_) => Code::Unimplemented,
+            ApiError::Internal(_) => Code::Unavailable,
+            _ => code_of(&msg),
+        };
+        Status::new(code, msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcd_codes_and_messages() {
+        let s: Status = ApiError::Applied("etcdserver: mvcc: required revision has been compacted".into()).into();
+        assert_eq!(s.code(), Code::OutOfRange);
+        let s: Status = ApiError::RequestTooLarge.into();
+        assert_eq!((s.code(), s.message()), (Code::InvalidArgument, "etcdserver: request is too large"));
+        let s: Status = ApiError::from(ProposeError::NoLeader).into();
+        assert_eq!((s.code(), s.message()), (Code::Unavailable, "etcdserver: no leader"));
+    }
+}

@@ -1,0 +1,106 @@
+//! The etcd v3 KV service.
+//!
+//! Reads are linearizable (read index) unless `serializable`; writes go through Raft. Every
+//! response carries etcd's header; nested txn responses carry only the revision (the MVCC layer
+//! fills those), as etcd's do.
+
+use tonic::{Request, Response, Status};
+
+use super::context::ServerCtx;
+use super::error::ApiError;
+use crate::mvcc;
+use crate::proto::etcdserverpb::kv_server::Kv;
+use crate::proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+};
+use crate::proto::kvdpb::internal_request::Request as In;
+use crate::proto::kvdpb::internal_response::Response as Out;
+use crate::proto::kvdpb::InternalRequest;
+
+pub struct KvService {
+    pub ctx: ServerCtx,
+}
+
+impl KvService {
+    async fn write(&self, md: &tonic::metadata::MetadataMap, req: In) -> Result<Out, ApiError> {
+        self.ctx.check_leader(md)?;
+        self.ctx.propose(InternalRequest { request: Some(req) }).await
+    }
+
+    fn unexpected(&self) -> Status {
+        ApiError::Internal("unexpected apply result".into()).into()
+    }
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        self.ctx.check_leader(req.metadata())?;
+        let r = req.into_inner();
+        if r.key.is_empty() {
+            return Err(ApiError::Applied("etcdserver: key is not provided".into()).into());
+        }
+        if !r.serializable {
+            self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
+        }
+        let mut resp = self.ctx.node.sm.shared.mvcc.range(&r).map_err(ApiError::from)?;
+        resp.header = self.ctx.header(self.ctx.current_revision());
+        Ok(Response::new(resp))
+    }
+
+    type RangeStreamStream = futures::stream::Empty<Result<crate::proto::etcdserverpb::RangeStreamResponse, Status>>;
+
+    async fn range_stream(&self, _req: Request<RangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
+        Err(ApiError::Unimplemented("RangeStream is not supported".into()).into())
+    }
+
+    async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let (md, _, r) = req.into_parts();
+        mvcc::check_put(&r).map_err(ApiError::from)?;
+        match self.write(&md, In::Put(r)).await? {
+            Out::Put(mut p) => {
+                p.header = self.ctx.header(p.header.map_or(0, |h| h.revision));
+                Ok(Response::new(p))
+            }
+            _ => Err(self.unexpected()),
+        }
+    }
+
+    async fn delete_range(&self, req: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
+        let (md, _, r) = req.into_parts();
+        if r.key.is_empty() {
+            return Err(ApiError::Applied("etcdserver: key is not provided".into()).into());
+        }
+        match self.write(&md, In::DeleteRange(r)).await? {
+            Out::DeleteRange(mut d) => {
+                d.header = self.ctx.header(d.header.map_or(0, |h| h.revision));
+                Ok(Response::new(d))
+            }
+            _ => Err(self.unexpected()),
+        }
+    }
+
+    async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let (md, _, r) = req.into_parts();
+        mvcc::check_txn(&r, self.ctx.max_txn_ops).map_err(ApiError::from)?;
+        match self.write(&md, In::Txn(r)).await? {
+            Out::Txn(mut t) => {
+                t.header = self.ctx.header(t.header.map_or(0, |h| h.revision));
+                Ok(Response::new(t))
+            }
+            _ => Err(self.unexpected()),
+        }
+    }
+
+    async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+        let (md, _, r) = req.into_parts();
+        match self.write(&md, In::Compaction(r)).await? {
+            Out::Compaction(mut c) => {
+                c.header = self.ctx.header(c.header.map_or(0, |h| h.revision));
+                Ok(Response::new(c))
+            }
+            _ => Err(self.unexpected()),
+        }
+    }
+}

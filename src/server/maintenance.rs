@@ -1,0 +1,93 @@
+//! The etcd v3 Maintenance service (Status now; the rest as their issues land).
+
+use openraft::async_runtime::WatchReceiver;
+use tonic::{Request, Response, Status};
+
+use super::context::ServerCtx;
+use super::error::ApiError;
+use crate::proto::etcdserverpb::maintenance_server::Maintenance;
+use crate::proto::etcdserverpb::*;
+
+/// The etcd version kvd reports. Clients parse it as integers and gate features on it
+/// (e.g. watch progress requests need 3.4.31+ or 3.5.13+); see docs/architecture.md.
+pub const ETCD_VERSION: &str = "3.5.17";
+
+pub struct MaintenanceService {
+    pub ctx: ServerCtx,
+}
+
+fn not_yet(what: &str) -> Status {
+    ApiError::Unimplemented(format!("{what} is not supported yet")).into()
+}
+
+fn dir_size(p: &std::path::Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(p) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+#[tonic::async_trait]
+impl Maintenance for MaintenanceService {
+    async fn alarm(&self, _r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        Ok(Response::new(AlarmResponse {
+            header: self.ctx.header(self.ctx.current_revision()),
+            alarms: vec![],
+        }))
+    }
+
+    async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let node = &self.ctx.node;
+        let m = node.raft.metrics().borrow_watched().clone();
+        let db_size = node.sm.shared.db.size_on_disk().unwrap_or(0) as i64;
+        let is_learner = !m.membership_config.membership().voter_ids().any(|v| v == node.id);
+        let _ = dir_size;
+        Ok(Response::new(StatusResponse {
+            header: self.ctx.header(self.ctx.current_revision()),
+            version: ETCD_VERSION.to_string(),
+            db_size,
+            leader: m.current_leader.unwrap_or(0),
+            raft_index: m.last_log_index.unwrap_or(0),
+            raft_term: m.current_term,
+            raft_applied_index: m.last_applied.map_or(0, |l| l.index),
+            errors: vec![],
+            db_size_in_use: db_size,
+            is_learner,
+            storage_version: String::new(),
+            db_size_quota: 0,
+            downgrade_info: None,
+        }))
+    }
+
+    async fn defragment(&self, _r: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+        Ok(Response::new(DefragmentResponse {
+            header: self.ctx.header(self.ctx.current_revision()),
+        }))
+    }
+
+    async fn hash(&self, _r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        Err(not_yet("Hash"))
+    }
+
+    async fn hash_kv(&self, _r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        Err(not_yet("HashKV"))
+    }
+
+    type SnapshotStream = futures::stream::Empty<Result<SnapshotResponse, Status>>;
+
+    async fn snapshot(&self, _r: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+        Err(not_yet("Snapshot"))
+    }
+
+    async fn move_leader(&self, _r: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+        Err(not_yet("MoveLeader"))
+    }
+
+    async fn downgrade(&self, _r: Request<DowngradeRequest>) -> Result<Response<DowngradeResponse>, Status> {
+        Err(not_yet("Downgrade"))
+    }
+}

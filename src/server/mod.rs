@@ -1,0 +1,237 @@
+//! The kvd server: opens a member's storage, starts Raft, and serves the etcd v3 API to
+//! clients and the peer protocol to other members until told to stop.
+//!
+//! Data dir layout (like etcd's `member/`):
+//! ```text
+//! <data-dir>/member/member.json  identity: format version, member id, cluster id, name
+//! <data-dir>/member/wal/         write-ahead log segments (the source of truth)
+//! <data-dir>/member/sm/db/       sled: MVCC key space + apply metadata (rebuilt from WAL)
+//! <data-dir>/member/sm/snap/     Raft snapshot files
+//! ```
+
+pub mod cluster;
+pub mod context;
+pub mod error;
+pub mod identity;
+pub mod kv;
+pub mod maintenance;
+
+use openraft::async_runtime::WatchReceiver;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::SnapshotPolicy;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::Config;
+use crate::proto::etcdserverpb::cluster_server::ClusterServer;
+use crate::proto::etcdserverpb::kv_server::KvServer;
+use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::kvdpb::peer_server::PeerServer;
+use crate::proto::kvdpb::{internal_request, InternalRequest, MemberAttributes};
+use crate::raft::log_store::LogStore;
+use crate::raft::network::{Channels, NetworkFactory, MAX_PEER_MESSAGE};
+use crate::raft::peer_service::PeerService;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::{Member, Raft, RaftNode};
+use context::ServerCtx;
+
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{0}")]
+    Config(String),
+    #[error("listen tcp {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot open data dir: {0}")]
+    Storage(#[from] crate::raft::StoreError),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs a member until `shutdown` resolves, then stops gracefully (a leader hands leadership
+/// over first).
+pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    let member_dir = cfg.data_dir.join("member");
+    std::fs::create_dir_all(&member_dir)?;
+    let channels = Channels::default();
+    let (ident, fresh) = identity::load_or_create(&cfg, &member_dir, &channels).await?;
+    tracing::info!(
+        name = %cfg.name,
+        member_id = %format!("{:x}", ident.member_id),
+        cluster_id = %format!("{:x}", ident.cluster_id),
+        data_dir = %cfg.data_dir.display(),
+        "starting member"
+    );
+
+    // Bind first so a port clash is a clear error before any state changes.
+    let mut peer_listeners = Vec::new();
+    for a in &cfg.listen_peer {
+        peer_listeners.push(bind(*a).await?);
+    }
+    let mut client_listeners = Vec::new();
+    for a in &cfg.listen_client {
+        client_listeners.push(bind(*a).await?);
+    }
+
+    let log = LogStore::open(&member_dir.join("wal"))?;
+    let sm = StateMachine::open(&member_dir.join("sm"))?;
+    let raft_cfg = openraft::Config {
+        cluster_name: cfg.initial_cluster_token.clone(),
+        heartbeat_interval: cfg.heartbeat.as_millis() as u64,
+        election_timeout_min: cfg.election_timeout.as_millis() as u64,
+        election_timeout_max: 2 * cfg.election_timeout.as_millis() as u64,
+        enable_pre_vote: Some(true),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_count),
+        max_in_snapshot_log_to_keep: 5000,
+        install_snapshot_timeout: 10_000,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let network = NetworkFactory {
+        channels: channels.clone(),
+    };
+    let raft = Raft::new(ident.member_id, Arc::new(raft_cfg), network, log.clone(), sm.clone())
+        .await
+        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let node = RaftNode {
+        id: ident.member_id,
+        raft: raft.clone(),
+        sm,
+        log,
+        channels,
+        leader_contact: Arc::new(std::sync::Mutex::new(std::time::Instant::now())),
+        election_timeout: cfg.election_timeout,
+    };
+
+    if fresh && cfg.initial_cluster_state == crate::config::ClusterState::New {
+        let members: BTreeMap<u64, Member> = ident
+            .initial_members
+            .iter()
+            .map(|(id, urls)| (*id, Member { peer_urls: urls.clone() }))
+            .collect();
+        if let Err(e) = raft.initialize(members).await {
+            // Every member of a new cluster initializes with the same config; a member that
+            // already heard from a leader refuses, which is fine.
+            tracing::debug!("initialize: {e}");
+        }
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let mut tasks = Vec::new();
+    for l in peer_listeners {
+        let svc = PeerServer::new(PeerService {
+            node: node.clone(),
+            cluster_id: ident.cluster_id,
+        })
+        .max_decoding_message_size(MAX_PEER_MESSAGE)
+        .max_encoding_message_size(MAX_PEER_MESSAGE);
+        let fut = tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(stop_rx.clone()));
+        tasks.push(tokio::spawn(fut));
+    }
+    let ctx = ServerCtx {
+        node: node.clone(),
+        cluster_id: ident.cluster_id,
+        max_request_bytes: cfg.max_request_bytes,
+        max_txn_ops: cfg.max_txn_ops,
+    };
+    // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
+    // checks the request itself against max-request-bytes.
+    let max_msg = cfg.max_request_bytes + 512 * 1024;
+    for l in client_listeners {
+        let fut = tonic::transport::Server::builder()
+            .add_service(
+                KvServer::new(kv::KvService { ctx: ctx.clone() })
+                    .max_decoding_message_size(max_msg)
+                    .max_encoding_message_size(usize::MAX),
+            )
+            .add_service(
+                ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() }).max_decoding_message_size(max_msg),
+            )
+            .add_service(
+                MaintenanceServer::new(maintenance::MaintenanceService { ctx: ctx.clone() })
+                    .max_decoding_message_size(max_msg),
+            )
+            .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(stop_rx.clone()));
+        tasks.push(tokio::spawn(fut));
+    }
+
+    let publisher = tokio::spawn(publish(node.clone(), cfg.name.clone(), cfg.advertise_client_urls.clone()));
+    tracing::info!("ready to serve client requests");
+
+    shutdown.await;
+    tracing::info!("stopping member");
+    publisher.abort();
+    hand_over_leadership(&node).await;
+    let _ = stop_tx.send(true);
+    let _ = raft.shutdown().await;
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+    }
+    Ok(())
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Listen { addr, source })
+}
+
+/// etcd's publish: once started, a member records its name and client URLs through the log so
+/// every member lists them. Retried until it succeeds (it needs a leader).
+async fn publish(node: RaftNode, name: String, client_urls: Vec<String>) {
+    let req = InternalRequest {
+        request: Some(internal_request::Request::Publish(MemberAttributes {
+            member_id: node.id,
+            name,
+            client_urls,
+        })),
+    };
+    loop {
+        match node.propose(req.clone()).await {
+            Ok(_) => {
+                tracing::info!("published member attributes");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!("publish: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// A leader that stops transfers leadership to another voter first, so the cluster does not
+/// wait an election timeout (etcd does the same on graceful stop).
+async fn hand_over_leadership(node: &RaftNode) {
+    let m = node.raft.metrics().borrow_watched().clone();
+    if m.current_leader != Some(node.id) {
+        return;
+    }
+    let Some(to) = m.membership_config.membership().voter_ids().find(|v| *v != node.id) else {
+        return;
+    };
+    tracing::info!(to = %format!("{to:x}"), "transferring leadership before stopping");
+    if node.raft.trigger().transfer_leader(to).await.is_err() {
+        return;
+    }
+    let mut rx = node.raft.metrics();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(3),
+        rx.wait_until(|m: &openraft::RaftMetrics<crate::raft::TypeConfig>| m.current_leader.is_some_and(|l| l != node.id)),
+    )
+    .await;
+}
+

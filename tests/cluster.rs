@@ -1,0 +1,167 @@
+//! Three real `kvd` processes on loopback: replication, failover, restart, graceful stop.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{get, put, Cluster};
+use kvd::proto::etcdserverpb::{RangeRequest, StatusRequest};
+
+fn other(than: &[usize]) -> usize {
+    (0..3).find(|i| !than.contains(i)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_through_follower_read_through_another_member() {
+    let c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let f1 = other(&[leader]);
+    let f2 = other(&[leader, f1]);
+
+    let mut w = c.kv(f1).await;
+    let rev = put(&mut w, "foo", "bar").await.unwrap();
+    assert!(rev >= 2, "first write gets revision 2 or more, got {rev}");
+
+    // Linearizable read on another follower sees the write at once.
+    let mut r = c.kv(f2).await;
+    assert_eq!(get(&mut r, "foo").await.unwrap().as_deref(), Some("bar"));
+    // And a serializable read on the member written through sees it too (read-your-writes).
+    let resp = w
+        .range(RangeRequest {
+            key: "foo".into(),
+            serializable: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.kvs[0].value, b"bar");
+
+    // Headers agree on the cluster id and each names its own member.
+    let mut ids = std::collections::BTreeSet::new();
+    let mut cluster_ids = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        let h = c.maintenance(i).await.status(StatusRequest {}).await.unwrap().into_inner().header.unwrap();
+        ids.insert(h.member_id);
+        cluster_ids.insert(h.cluster_id);
+        assert!(h.raft_term >= 1);
+    }
+    assert_eq!(ids.len(), 3);
+    assert_eq!(cluster_ids.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kill_new_leader_takes_writes_and_restarted_member_catches_up() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let mut w = c.kv(other(&[leader])).await;
+    for i in 0..20 {
+        put(&mut w, &format!("before/{i}"), "v").await.unwrap();
+    }
+
+    c.kill(leader);
+    let new_leader = c.wait_for_leader(Duration::from_secs(20)).await;
+    assert_ne!(new_leader, leader);
+    let mut w = c.kv(new_leader).await;
+    for i in 0..20 {
+        put(&mut w, &format!("after/{i}"), "v").await.unwrap();
+    }
+
+    c.spawn(leader);
+    c.wait_for_leader(Duration::from_secs(20)).await;
+    let mut r = c.kv(leader).await;
+    // Linearizable reads on the restarted member see writes from before and after its death.
+    for i in 0..20 {
+        assert_eq!(get(&mut r, &format!("before/{i}")).await.unwrap().as_deref(), Some("v"));
+        assert_eq!(get(&mut r, &format!("after/{i}")).await.unwrap().as_deref(), Some("v"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_configured_by_etcd_environment_variables() {
+    let c = Cluster::start_with(3, true).await;
+    let mut kv = c.kv(0).await;
+    put(&mut kv, "env", "ok").await.unwrap();
+    let mut kv2 = c.kv(2).await;
+    assert_eq!(get(&mut kv2, "env").await.unwrap().as_deref(), Some("ok"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_stop_of_leader_hands_leadership_over() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let old_id = c.maintenance(leader).await.status(StatusRequest {}).await.unwrap().into_inner().leader;
+    let t0 = std::time::Instant::now();
+    let st = c.stop(leader);
+    assert!(st.success(), "graceful stop exits 0: {st:?}");
+    // Leadership moved before the leader exited: a survivor names a new leader right away,
+    // without waiting for an election timeout.
+    let survivor = other(&[leader]);
+    let st = c.maintenance(survivor).await.status(StatusRequest {}).await.unwrap().into_inner();
+    assert_ne!(st.leader, 0, "survivor has a leader immediately after the old leader stopped");
+    assert_ne!(st.leader, old_id);
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let log = c.log_of(leader);
+    assert!(log.contains("transferring leadership"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_of_whole_cluster_keeps_data() {
+    let mut c = Cluster::start(3).await;
+    let mut kv = c.kv(0).await;
+    for i in 0..50 {
+        put(&mut kv, &format!("k{i}"), &format!("v{i}")).await.unwrap();
+    }
+    for i in 0..3 {
+        c.kill(i);
+    }
+    for i in 0..3 {
+        c.spawn(i);
+    }
+    c.wait_for_leader(Duration::from_secs(20)).await;
+    let mut kv = c.kv(1).await;
+    for i in 0..50 {
+        assert_eq!(get(&mut kv, &format!("k{i}")).await.unwrap(), Some(format!("v{i}")));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_leader_requests_fail_fast_without_quorum() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let survivor = other(&[leader]);
+    for i in 0..3 {
+        if i != survivor {
+            c.kill(i);
+        }
+    }
+    // Without quorum a plain write fails within the request timeout, never hangs.
+    let mut kv = c.kv(survivor).await;
+    let t0 = std::time::Instant::now();
+    let e = put(&mut kv, "x", "y").await.unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(12), "took {:?}", t0.elapsed());
+    assert!(
+        e.message() == "etcdserver: request timed out" || e.message() == "etcdserver: no leader",
+        "{e:?}"
+    );
+    // Once the survivor has noticed it has no leader, hasleader=true fails at once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut req = tonic::Request::new(RangeRequest {
+        key: "x".into(),
+        ..Default::default()
+    });
+    req.metadata_mut().insert("hasleader", "true".parse().unwrap());
+    let t0 = std::time::Instant::now();
+    let e = kv.range(req).await.unwrap_err();
+    assert_eq!(e.message(), "etcdserver: no leader");
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    // Serializable reads are still answered locally.
+    let r = kv
+        .range(RangeRequest {
+            key: "x".into(),
+            serializable: true,
+            ..Default::default()
+        })
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+}

@@ -1,0 +1,260 @@
+//! Cluster test harness: real `kvd` processes on free loopback ports, each with its own data
+//! dir, which tests can kill (-9), stop gracefully, pause (SIGSTOP) and restart.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kvd::proto::etcdserverpb::kv_client::KvClient;
+use kvd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use kvd::proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
+use tonic::transport::Channel;
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub struct MemberProc {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl MemberProc {
+    pub fn client_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+    pub fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub members: Vec<MemberProc>,
+    pub initial_cluster: String,
+    pub use_env: bool,
+}
+
+impl Cluster {
+    /// Starts `n` members with etcd's flags and waits until a leader serves writes.
+    pub async fn start(n: usize) -> Cluster {
+        Self::start_with(n, false).await
+    }
+
+    /// Like `start`, but configures members through `ETCD_*` environment variables.
+    pub async fn start_with(n: usize, use_env: bool) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let members: Vec<MemberProc> = (0..n)
+            .map(|i| MemberProc {
+                name: format!("m{i}"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                data_dir: dir.path().join(format!("m{i}.kvd")),
+                log: dir.path().join(format!("m{i}.log")),
+                child: None,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = Cluster {
+            dir,
+            members,
+            initial_cluster,
+            use_env,
+        };
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c.wait_for_leader(Duration::from_secs(20)).await;
+        c
+    }
+
+    pub fn spawn(&mut self, i: usize) {
+        let m = &self.members[i];
+        let args: Vec<(&str, String)> = vec![
+            ("name", m.name.clone()),
+            ("data-dir", m.data_dir.display().to_string()),
+            ("listen-client-urls", m.client_url()),
+            ("advertise-client-urls", m.client_url()),
+            ("listen-peer-urls", m.peer_url()),
+            ("initial-advertise-peer-urls", m.peer_url()),
+            ("initial-cluster", self.initial_cluster.clone()),
+            ("initial-cluster-state", "new".into()),
+            ("initial-cluster-token", "test-cluster".into()),
+        ];
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvd"));
+        for (k, v) in args {
+            if self.use_env {
+                cmd.env(format!("ETCD_{}", k.to_uppercase().replace('-', "_")), v);
+            } else {
+                cmd.arg(format!("--{k}={v}"));
+            }
+        }
+        cmd.env("KVD_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let child = cmd.spawn().expect("spawn kvd");
+        self.members[i].child = Some(child);
+    }
+
+    pub fn signal(&self, i: usize, sig: i32) {
+        unsafe {
+            libc::kill(self.members[i].pid(), sig);
+        }
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for exit (graceful stop).
+    pub fn stop(&mut self, i: usize) -> std::process::ExitStatus {
+        self.signal(i, libc::SIGTERM);
+        let mut c = self.members[i].child.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("member {i} did not stop on SIGTERM\n{}", self.log_of(i));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_of(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.members[i].log).unwrap_or_default()
+    }
+
+    pub async fn kv(&self, i: usize) -> KvClient<Channel> {
+        KvClient::new(channel(&self.members[i].client_url()).await)
+    }
+
+    pub async fn maintenance(&self, i: usize) -> MaintenanceClient<Channel> {
+        MaintenanceClient::new(channel(&self.members[i].client_url()).await)
+    }
+
+    /// Index of the member every running member agrees is leader.
+    pub async fn leader(&self) -> Option<usize> {
+        let mut seen = None;
+        for (i, m) in self.members.iter().enumerate() {
+            if m.child.is_none() {
+                continue;
+            }
+            let Ok(Ok(ch)) = tokio::time::timeout(Duration::from_millis(500), try_channel(&m.client_url())).await
+            else {
+                return None;
+            };
+            let Ok(Ok(st)) =
+                tokio::time::timeout(Duration::from_millis(500), MaintenanceClient::new(ch).status(StatusRequest {})).await
+            else {
+                return None;
+            };
+            let st = st.into_inner();
+            if st.leader == 0 || seen.is_some_and(|l| l != st.leader) {
+                return None;
+            }
+            seen = Some(st.leader);
+            let _ = i;
+        }
+        let leader_id = seen?;
+        for (i, m) in self.members.iter().enumerate() {
+            if m.child.is_none() {
+                continue;
+            }
+            let mut c = self.maintenance(i).await;
+            if let Ok(st) = c.status(StatusRequest {}).await {
+                if st.into_inner().header.unwrap().member_id == leader_id {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    pub async fn wait_for_leader(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.leader().await {
+                return l;
+            }
+            if Instant::now() > deadline {
+                let logs: String = (0..self.members.len()).map(|i| format!("--- m{i}\n{}", self.log_of(i))).collect();
+                panic!("no leader within {timeout:?}\n{logs}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+pub async fn try_channel(url: &str) -> Result<Channel, tonic::transport::Error> {
+    Channel::from_shared(url.to_string())
+        .unwrap()
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+}
+
+pub async fn channel(url: &str) -> Channel {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match try_channel(url).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > deadline => panic!("connect {url}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+pub async fn put(c: &mut KvClient<Channel>, k: &str, v: &str) -> Result<i64, tonic::Status> {
+    let r = c
+        .put(PutRequest {
+            key: k.into(),
+            value: v.into(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(r.into_inner().header.unwrap().revision)
+}
+
+pub async fn get(c: &mut KvClient<Channel>, k: &str) -> Result<Option<String>, tonic::Status> {
+    let r = c
+        .range(RangeRequest {
+            key: k.into(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(r.into_inner().kvs.first().map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+}
