@@ -780,3 +780,56 @@ fn events_since_limit_does_not_split_a_revision() {
     let ev = s.events_since(3, b"a", b"\0", false, 1).unwrap();
     assert_eq!((ev.events.len(), ev.next_revision), (1, 4));
 }
+
+#[test]
+fn concurrent_reads_are_consistent_with_their_revision() {
+    let (_d, _db, s) = temp_store();
+    // Every put of "k" stores its own revision as value; "j" is deleted and re-put so
+    // compaction has tombstones to drop.
+    let writer = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            for i in 0..300i64 {
+                let rev = s.current_revision() + 1;
+                s.apply(&[WriteRequest::Put(put_req("k", &rev.to_string()))], &[])
+                    .unwrap();
+                if i % 3 == 0 {
+                    put(&s, "j", "x");
+                    del(&s, "j", "");
+                }
+                if i % 25 == 24 {
+                    compact(&s, s.current_revision() - 2).unwrap();
+                }
+            }
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut ok = 0;
+                while ok < 2000 {
+                    let cur = s.current_revision();
+                    if cur < 2 {
+                        continue;
+                    }
+                    let at = cur - (ok % 5);
+                    match s.get_at(b"k", at) {
+                        Ok(Some(kv)) => {
+                            assert!(kv.mod_revision <= at);
+                            assert_eq!(kv.value, kv.mod_revision.to_string().into_bytes());
+                            ok += 1;
+                        }
+                        Ok(None) => assert!(at < 2),
+                        Err(MvccError::Compacted) => assert!(at < s.compacted_revision()),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    writer.join().unwrap();
+    for r in readers {
+        r.join().unwrap();
+    }
+}
