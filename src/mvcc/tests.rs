@@ -405,8 +405,8 @@ fn compaction_keeps_latest_revision_and_drops_tombstoned_keys() {
     put(&s, "b", "1"); // 4
     del(&s, "b", ""); // 5
     put(&s, "a", "3"); // 6
-    match compact(&s, 5).unwrap() {
-        WriteResponse::Compact(c) => assert_eq!(hdr_rev(&c.header, &c), 6),
+    match &compact(&s, 5).unwrap() {
+        WriteResponse::Compact(c) => assert_eq!(hdr_rev(&c.header, c), 6),
         r => panic!("{r:?}"),
     }
     assert_eq!(s.current_revision(), 6);
