@@ -1,0 +1,552 @@
+//! Execution of write requests against an in-memory overlay of the committed trees.
+//!
+//! sled transactions cannot iterate, so a batch first runs every request against
+//! [`Batch`] (committed trees + overlay of pending changes) and then writes the
+//! overlay in one sled transaction. The applier is single-threaded, so the committed
+//! trees cannot change underneath a batch.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use super::index::{KeyIndex, Record, Revision};
+use super::view::{live_kvs, range_at, Committed, KeyRange, View};
+use super::{MvccError, WriteRequest, WriteResponse};
+use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use crate::proto::etcdserverpb::request_op::Request;
+use crate::proto::etcdserverpb::response_op::Response;
+use crate::proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, Compare, DeleteRangeRequest, DeleteRangeResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp,
+    TxnRequest, TxnResponse,
+};
+use crate::proto::mvccpb::KeyValue;
+
+fn header(revision: i64) -> Option<ResponseHeader> {
+    Some(ResponseHeader {
+        revision,
+        ..Default::default()
+    })
+}
+
+enum Undo {
+    Idx(Vec<u8>, Option<Option<KeyIndex>>),
+    Rev(Revision, Option<Option<Vec<u8>>>),
+}
+
+/// Where the revision counter stands inside one write request.
+struct Ctx {
+    /// Store revision before the request.
+    base: i64,
+    /// Number of changes made so far; also the next sub revision.
+    changes: i64,
+}
+
+impl Ctx {
+    fn next(&mut self) -> Revision {
+        let r = Revision {
+            main: self.base + 1,
+            sub: self.changes,
+        };
+        self.changes += 1;
+        r
+    }
+
+    /// The revision reads inside the request see (etcd's `storeTxnWrite.Rev`-like rule).
+    fn view_rev(&self) -> i64 {
+        if self.changes > 0 {
+            self.base + 1
+        } else {
+            self.base
+        }
+    }
+}
+
+pub(crate) struct Batch<'a> {
+    committed: Committed<'a>,
+    /// `None` = key index removed.
+    idx: BTreeMap<Vec<u8>, Option<KeyIndex>>,
+    /// Encoded records; `None` = removed by compaction.
+    rev: BTreeMap<Revision, Option<Vec<u8>>>,
+    /// Previous overlay entries, to roll back a failed request.
+    undo: Vec<Undo>,
+    pub cur: i64,
+    pub compacted: i64,
+}
+
+impl View for Batch<'_> {
+    fn index(&self, key: &[u8]) -> Result<Option<KeyIndex>, MvccError> {
+        match self.idx.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.committed.index(key),
+        }
+    }
+
+    fn scan(
+        &self,
+        kr: &KeyRange,
+        f: &mut dyn FnMut(&[u8], &KeyIndex) -> bool,
+    ) -> Result<(), MvccError> {
+        match kr {
+            KeyRange::Empty => return Ok(()),
+            KeyRange::Single(k) => {
+                if let Some(ki) = self.index(k)? {
+                    f(k, &ki);
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        let mut base = self.committed.idx.range::<&[u8], _>(kr.bounds()).peekable();
+        let mut over = self.idx.range::<[u8], _>(kr.bounds()).peekable();
+        loop {
+            let base_key = match base.peek() {
+                Some(Ok((k, _))) => Some(k.clone()),
+                Some(Err(_)) => {
+                    let e = base.next().and_then(|r| r.err()).expect("peeked an error");
+                    return Err(e.into());
+                }
+                None => None,
+            };
+            let order = match (&base_key, over.peek()) {
+                (None, None) => return Ok(()),
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some(b), Some((o, _))) => b.as_ref().cmp(o.as_slice()),
+            };
+            let go_on = match order {
+                Ordering::Less => {
+                    let (k, v) = base.next().expect("peeked").expect("peeked ok");
+                    f(&k, &KeyIndex::decode(&v)?)
+                }
+                Ordering::Equal | Ordering::Greater => {
+                    if order == Ordering::Equal {
+                        base.next();
+                    }
+                    match over.next().expect("peeked") {
+                        (k, Some(ki)) => f(k, ki),
+                        (_, None) => true,
+                    }
+                }
+            };
+            if !go_on {
+                return Ok(());
+            }
+        }
+    }
+
+    fn record(&self, rev: Revision) -> Result<Option<Record>, MvccError> {
+        match self.rev.get(&rev) {
+            Some(Some(b)) => Ok(Some(Record::decode(b)?)),
+            Some(None) => Ok(None),
+            None => self.committed.record(rev),
+        }
+    }
+}
+
+/// The overlay as tree writes, ready for the sled transaction.
+pub(crate) struct Writes {
+    pub idx: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pub rev: Vec<([u8; 16], Option<Vec<u8>>)>,
+}
+
+impl<'a> Batch<'a> {
+    pub fn new(idx: &'a sled::Tree, rev: &'a sled::Tree, cur: i64, compacted: i64) -> Self {
+        Batch {
+            committed: Committed { idx, rev },
+            idx: BTreeMap::new(),
+            rev: BTreeMap::new(),
+            undo: Vec::new(),
+            cur,
+            compacted,
+        }
+    }
+
+    pub fn into_writes(self) -> Writes {
+        Writes {
+            idx: self
+                .idx
+                .into_iter()
+                .map(|(k, v)| (k, v.map(|ki| ki.encode())))
+                .collect(),
+            rev: self
+                .rev
+                .into_iter()
+                .map(|(r, v)| (r.to_bytes(), v))
+                .collect(),
+        }
+    }
+
+    fn set_idx(&mut self, key: &[u8], ki: Option<KeyIndex>) {
+        let old = self.idx.insert(key.to_vec(), ki);
+        self.undo.push(Undo::Idx(key.to_vec(), old));
+    }
+
+    fn set_rev(&mut self, rev: Revision, rec: Option<&Record>) {
+        let old = self.rev.insert(rev, rec.map(Record::encode));
+        self.undo.push(Undo::Rev(rev, old));
+    }
+
+    /// Applies one request; on error the overlay and counters are as before the call.
+    pub fn apply_one(&mut self, req: &WriteRequest) -> Result<WriteResponse, MvccError> {
+        let (cur, compacted) = (self.cur, self.compacted);
+        self.undo.clear();
+        let res = self.dispatch(req);
+        if res.is_err() {
+            while let Some(u) = self.undo.pop() {
+                match u {
+                    Undo::Idx(k, Some(v)) => {
+                        self.idx.insert(k, v);
+                    }
+                    Undo::Idx(k, None) => {
+                        self.idx.remove(&k);
+                    }
+                    Undo::Rev(r, Some(v)) => {
+                        self.rev.insert(r, v);
+                    }
+                    Undo::Rev(r, None) => {
+                        self.rev.remove(&r);
+                    }
+                }
+            }
+            self.cur = cur;
+            self.compacted = compacted;
+        }
+        self.undo.clear();
+        res
+    }
+
+    fn dispatch(&mut self, req: &WriteRequest) -> Result<WriteResponse, MvccError> {
+        Ok(match req {
+            WriteRequest::Put(p) => {
+                let mut ctx = self.ctx();
+                let resp = self.put(&mut ctx, p)?;
+                self.finish(&ctx);
+                WriteResponse::Put(resp)
+            }
+            WriteRequest::DeleteRange(d) => {
+                let mut ctx = self.ctx();
+                let mut resp = self.delete_range(&mut ctx, d)?;
+                self.finish(&ctx);
+                resp.header = header(self.cur);
+                WriteResponse::DeleteRange(resp)
+            }
+            WriteRequest::Txn(t) => WriteResponse::Txn(self.txn(t)?),
+            WriteRequest::Compact(c) => WriteResponse::Compact(self.compact(c)?),
+        })
+    }
+
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            base: self.cur,
+            changes: 0,
+        }
+    }
+
+    fn finish(&mut self, ctx: &Ctx) {
+        self.cur = ctx.view_rev();
+    }
+
+    /// The key's current value, if it is live.
+    fn live(&self, key: &[u8]) -> Result<Option<KeyValue>, MvccError> {
+        let Some(found) = self.index(key)?.and_then(|ki| ki.latest()) else {
+            return Ok(None);
+        };
+        if found.tombstone {
+            return Ok(None);
+        }
+        let rec = self.record(found.rev)?.ok_or_else(|| {
+            MvccError::Storage(format!("history record {found:?} of a live key is missing"))
+        })?;
+        Ok(Some(rec.kv))
+    }
+
+    fn put(&mut self, ctx: &mut Ctx, req: &PutRequest) -> Result<PutResponse, MvccError> {
+        let prev = self.live(&req.key)?;
+        if (req.ignore_value || req.ignore_lease) && prev.is_none() {
+            return Err(MvccError::KeyNotFound);
+        }
+        let rev = ctx.next();
+        let kv = KeyValue {
+            key: req.key.clone(),
+            create_revision: prev.as_ref().map_or(rev.main, |p| p.create_revision),
+            mod_revision: rev.main,
+            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            value: match (&prev, req.ignore_value) {
+                (Some(p), true) => p.value.clone(),
+                _ => req.value.clone(),
+            },
+            lease: match (&prev, req.ignore_lease) {
+                (Some(p), true) => p.lease,
+                _ => req.lease,
+            },
+        };
+        let mut ki = self.index(&req.key)?.unwrap_or_default();
+        ki.put(rev);
+        self.set_idx(&req.key, Some(ki));
+        self.set_rev(
+            rev,
+            Some(&Record {
+                kv,
+                tombstone: false,
+            }),
+        );
+        Ok(PutResponse {
+            header: header(rev.main),
+            prev_kv: if req.prev_kv { prev } else { None },
+        })
+    }
+
+    /// The response header is set to the revision after the delete.
+    fn delete_range(
+        &mut self,
+        ctx: &mut Ctx,
+        req: &DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, MvccError> {
+        let kr = KeyRange::new(&req.key, &req.range_end);
+        let mut victims = Vec::new();
+        self.scan(&kr, &mut |k, ki| {
+            if ki.is_live() {
+                victims.push((k.to_vec(), ki.clone()));
+            }
+            true
+        })?;
+        let mut prev_kvs = Vec::new();
+        if req.prev_kv {
+            for (k, _) in &victims {
+                if let Some(kv) = self.live(k)? {
+                    prev_kvs.push(kv);
+                }
+            }
+        }
+        let deleted = victims.len() as i64;
+        for (k, mut ki) in victims {
+            let rev = ctx.next();
+            ki.tombstone(rev);
+            self.set_idx(&k, Some(ki));
+            self.set_rev(
+                rev,
+                Some(&Record {
+                    kv: KeyValue {
+                        key: k,
+                        mod_revision: rev.main,
+                        ..Default::default()
+                    },
+                    tombstone: true,
+                }),
+            );
+        }
+        Ok(DeleteRangeResponse {
+            header: header(ctx.view_rev()),
+            deleted,
+            prev_kvs,
+        })
+    }
+
+    fn compact(&mut self, req: &CompactionRequest) -> Result<CompactionResponse, MvccError> {
+        let at = req.revision;
+        if at <= self.compacted {
+            return Err(MvccError::Compacted);
+        }
+        if at > self.cur {
+            return Err(MvccError::FutureRev);
+        }
+        let mut all = Vec::new();
+        self.scan(&KeyRange::From(Vec::new()), &mut |k, ki| {
+            all.push((k.to_vec(), ki.clone()));
+            true
+        })?;
+        for (k, ki) in all {
+            let (rest, removed) = ki.compact(at);
+            if removed.is_empty() {
+                continue;
+            }
+            self.set_idx(&k, rest);
+            for r in removed {
+                self.set_rev(r, None);
+            }
+        }
+        self.compacted = at;
+        Ok(CompactionResponse {
+            header: header(self.cur),
+        })
+    }
+
+    /// etcd 3.4 `applierV3backend.Txn`: every compare (also of nested txns) and every
+    /// precondition is evaluated against the state before the txn; then the chosen ops
+    /// run in order, each seeing the effects of the previous ones.
+    fn txn(&mut self, req: &TxnRequest) -> Result<TxnResponse, MvccError> {
+        let mut path = Vec::new();
+        self.compare_path(req, &mut path)?;
+        self.check_ops(req, &path, &mut 0, true)?;
+        self.check_ops(req, &path, &mut 0, false)?;
+        let mut ctx = self.ctx();
+        let mut resp = self.exec_txn(&mut ctx, req, &path, &mut 0)?;
+        self.finish(&ctx);
+        resp.header = header(self.cur);
+        Ok(resp)
+    }
+
+    fn compare_path(&self, req: &TxnRequest, path: &mut Vec<bool>) -> Result<(), MvccError> {
+        let mut ok = true;
+        for c in &req.compare {
+            if !self.compare(c)? {
+                ok = false;
+                break;
+            }
+        }
+        path.push(ok);
+        for op in branch(req, ok) {
+            if let Some(Request::RequestTxn(t)) = &op.request {
+                self.compare_path(t, path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// etcd's `applyCompare`: all keys of the range must satisfy the compare; an empty
+    /// range compares a zero `KeyValue`, except that VALUE compares are then false.
+    fn compare(&self, c: &Compare) -> Result<bool, MvccError> {
+        let kr = KeyRange::new(&c.key, &c.range_end);
+        let (kvs, _) = live_kvs(self, &kr, self.cur, 0, false)?;
+        let target = CompareTarget::try_from(c.target).ok();
+        if kvs.is_empty() {
+            if target == Some(CompareTarget::Value) {
+                return Ok(false);
+            }
+            return Ok(compare_kv(c, target, &KeyValue::default()));
+        }
+        Ok(kvs.iter().all(|kv| compare_kv(c, target, kv)))
+    }
+
+    /// etcd's `checkRequests` with `checkRequestPut` (`puts`) or `checkRange` (`!puts`)
+    /// over the ops on the chosen path.
+    fn check_ops(
+        &self,
+        req: &TxnRequest,
+        path: &[bool],
+        pos: &mut usize,
+        puts: bool,
+    ) -> Result<(), MvccError> {
+        let ok = path[*pos];
+        *pos += 1;
+        for op in branch(req, ok) {
+            match &op.request {
+                Some(Request::RequestTxn(t)) => self.check_ops(t, path, pos, puts)?,
+                Some(Request::RequestPut(p)) if puts => self.check_put(p)?,
+                Some(Request::RequestRange(r)) if !puts => self.check_range(r)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// etcd's `checkRequestPut` (lease existence is checked by another layer).
+    fn check_put(&self, p: &PutRequest) -> Result<(), MvccError> {
+        if (p.ignore_value || p.ignore_lease) && self.live(&p.key)?.is_none() {
+            return Err(MvccError::KeyNotFound);
+        }
+        Ok(())
+    }
+
+    /// etcd's `checkRange`.
+    fn check_range(&self, r: &RangeRequest) -> Result<(), MvccError> {
+        if r.revision == 0 {
+            Ok(())
+        } else if r.revision > self.cur {
+            Err(MvccError::FutureRev)
+        } else if r.revision < self.compacted {
+            Err(MvccError::Compacted)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn exec_txn(
+        &mut self,
+        ctx: &mut Ctx,
+        req: &TxnRequest,
+        path: &[bool],
+        pos: &mut usize,
+    ) -> Result<TxnResponse, MvccError> {
+        let ok = path[*pos];
+        *pos += 1;
+        let mut responses = Vec::new();
+        for op in branch(req, ok) {
+            let response = match &op.request {
+                None => None,
+                Some(Request::RequestRange(r)) => {
+                    Some(Response::ResponseRange(self.txn_range(ctx, r)?))
+                }
+                Some(Request::RequestPut(p)) => Some(Response::ResponsePut(self.put(ctx, p)?)),
+                Some(Request::RequestDeleteRange(d)) => {
+                    Some(Response::ResponseDeleteRange(self.delete_range(ctx, d)?))
+                }
+                Some(Request::RequestTxn(t)) => {
+                    let mut inner = self.exec_txn(ctx, t, path, pos)?;
+                    inner.header = header(ctx.view_rev());
+                    Some(Response::ResponseTxn(inner))
+                }
+            };
+            responses.push(ResponseOp { response });
+        }
+        Ok(TxnResponse {
+            header: None,
+            succeeded: ok,
+            responses,
+        })
+    }
+
+    fn txn_range(&self, ctx: &Ctx, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        let rev = ctx.view_rev();
+        let mut resp = range_at(self, req, rev, self.compacted)?;
+        resp.header = header(rev);
+        Ok(resp)
+    }
+}
+
+fn branch(req: &TxnRequest, ok: bool) -> &[RequestOp] {
+    if ok {
+        &req.success
+    } else {
+        &req.failure
+    }
+}
+
+/// etcd's `compareKV`: a target union of the wrong kind compares against zero/empty,
+/// an unknown result is true.
+fn compare_kv(c: &Compare, target: Option<CompareTarget>, kv: &KeyValue) -> bool {
+    let ord = match target {
+        Some(CompareTarget::Value) => {
+            let want: &[u8] = match &c.target_union {
+                Some(TargetUnion::Value(v)) => v,
+                _ => &[],
+            };
+            kv.value.as_slice().cmp(want)
+        }
+        Some(CompareTarget::Create) => kv.create_revision.cmp(match &c.target_union {
+            Some(TargetUnion::CreateRevision(r)) => r,
+            _ => &0,
+        }),
+        Some(CompareTarget::Mod) => kv.mod_revision.cmp(match &c.target_union {
+            Some(TargetUnion::ModRevision(r)) => r,
+            _ => &0,
+        }),
+        Some(CompareTarget::Version) => kv.version.cmp(match &c.target_union {
+            Some(TargetUnion::Version(r)) => r,
+            _ => &0,
+        }),
+        Some(CompareTarget::Lease) => kv.lease.cmp(match &c.target_union {
+            Some(TargetUnion::Lease(r)) => r,
+            _ => &0,
+        }),
+        // etcd's switch has no default: result stays 0.
+        None => Ordering::Equal,
+    };
+    match CompareResult::try_from(c.result) {
+        Ok(CompareResult::Equal) => ord == Ordering::Equal,
+        Ok(CompareResult::NotEqual) => ord != Ordering::Equal,
+        Ok(CompareResult::Greater) => ord == Ordering::Greater,
+        Ok(CompareResult::Less) => ord == Ordering::Less,
+        Err(_) => true,
+    }
+}

@@ -1,0 +1,201 @@
+//! Revisions, the per-key revision index and the history record encoding.
+
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+use super::MvccError;
+use crate::proto::mvccpb::KeyValue;
+
+/// A point in the history: `main` is bumped once per write request, `sub` numbers the
+/// changes within that request from 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Revision {
+    /// The store revision (`mod_revision` of the written key).
+    pub main: i64,
+    /// Index of the change within the write request.
+    pub sub: i64,
+}
+
+impl Revision {
+    /// Key of this revision in the history tree. Big endian so that sled's byte order is
+    /// revision order (revisions are never negative).
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.main.to_be_bytes());
+        b[8..].copy_from_slice(&self.sub.to_be_bytes());
+        b
+    }
+
+    /// Inverse of [`Revision::to_bytes`].
+    pub fn from_bytes(b: &[u8]) -> Result<Self, MvccError> {
+        if b.len() != 16 {
+            return Err(MvccError::Storage(format!(
+                "bad revision key length {}",
+                b.len()
+            )));
+        }
+        let mut m = [0u8; 8];
+        let mut s = [0u8; 8];
+        m.copy_from_slice(&b[..8]);
+        s.copy_from_slice(&b[8..]);
+        Ok(Revision {
+            main: i64::from_be_bytes(m),
+            sub: i64::from_be_bytes(s),
+        })
+    }
+}
+
+/// One life of a key: from its creation up to (if `closed`) its deletion. When `closed`,
+/// the last revision is the tombstone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Generation {
+    revs: Vec<Revision>,
+    closed: bool,
+}
+
+/// All revisions of one key that are still in the history, grouped by generation like
+/// etcd's `keyIndex`.
+///
+/// Invariants: no generation is empty; only the last generation may be open; revisions
+/// strictly increase across the whole index.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KeyIndex {
+    gens: Vec<Generation>,
+}
+
+/// A revision found in a [`KeyIndex`] and whether it is the tombstone of its generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub rev: Revision,
+    pub tombstone: bool,
+}
+
+impl KeyIndex {
+    pub fn decode(b: &[u8]) -> Result<Self, MvccError> {
+        Ok(bincode::deserialize(b)?)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        bincode::serialize(self).expect("key index serialization cannot fail")
+    }
+
+    /// The last revision satisfying `pred`, which must hold for a prefix of the revisions.
+    fn last_where(&self, pred: impl Fn(Revision) -> bool) -> Option<Found> {
+        for g in self.gens.iter().rev() {
+            let n = g.revs.partition_point(|r| pred(*r));
+            if n > 0 {
+                return Some(Found {
+                    rev: g.revs[n - 1],
+                    tombstone: g.closed && n == g.revs.len(),
+                });
+            }
+        }
+        None
+    }
+
+    /// The newest revision of the key.
+    pub fn latest(&self) -> Option<Found> {
+        self.last_where(|_| true)
+    }
+
+    /// The newest revision with `main <= rev`: the key's state as seen at store revision `rev`.
+    pub fn at(&self, rev: i64) -> Option<Found> {
+        self.last_where(|r| r.main <= rev)
+    }
+
+    /// The newest revision strictly before `rev` (the state a change at `rev` replaced).
+    pub fn before(&self, rev: Revision) -> Option<Found> {
+        self.last_where(|r| r < rev)
+    }
+
+    /// Whether the key exists (is not deleted) at its newest revision.
+    pub fn is_live(&self) -> bool {
+        matches!(self.latest(), Some(f) if !f.tombstone)
+    }
+
+    pub fn put(&mut self, rev: Revision) {
+        debug_assert!(self.latest().is_none_or(|f| f.rev < rev));
+        match self.gens.last_mut() {
+            Some(g) if !g.closed => g.revs.push(rev),
+            _ => self.gens.push(Generation {
+                revs: vec![rev],
+                closed: false,
+            }),
+        }
+    }
+
+    pub fn tombstone(&mut self, rev: Revision) {
+        let g = self
+            .gens
+            .last_mut()
+            .filter(|g| !g.closed)
+            .expect("tombstone of a key that is not live");
+        debug_assert!(g.revs.last().is_none_or(|r| *r < rev));
+        g.revs.push(rev);
+        g.closed = true;
+    }
+
+    /// Compaction at `at` (etcd's `keyIndex.compact`): keeps the newest revision with
+    /// `main <= at` unless it is a tombstone, plus everything newer. Returns the remaining
+    /// index (`None` if nothing is left) and the revisions whose records must be removed.
+    pub fn compact(&self, at: i64) -> (Option<KeyIndex>, Vec<Revision>) {
+        let mut removed = Vec::new();
+        let mut gens = Vec::new();
+        // The generation holding the newest revision <= at decides what stays.
+        let pivot = self.at(at);
+        for g in &self.gens {
+            let Some(p) = pivot else {
+                gens.push(g.clone());
+                continue;
+            };
+            let keep_from = g.revs.partition_point(|r| *r < p.rev);
+            let keep_from = if p.tombstone && keep_from < g.revs.len() && g.revs[keep_from] == p.rev
+            {
+                keep_from + 1
+            } else {
+                keep_from
+            };
+            removed.extend_from_slice(&g.revs[..keep_from]);
+            if keep_from < g.revs.len() {
+                gens.push(Generation {
+                    revs: g.revs[keep_from..].to_vec(),
+                    closed: g.closed,
+                });
+            }
+        }
+        let rest = if gens.is_empty() {
+            None
+        } else {
+            Some(KeyIndex { gens })
+        };
+        (rest, removed)
+    }
+}
+
+/// A history entry: the key's full state after a put, or a tombstone carrying only
+/// `key` and `mod_revision` (what etcd puts into DELETE events).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Record {
+    pub kv: KeyValue,
+    pub tombstone: bool,
+}
+
+impl Record {
+    /// One flag byte followed by the prost-encoded `KeyValue`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(1 + self.kv.encoded_len());
+        v.push(self.tombstone as u8);
+        self.kv.encode(&mut v).expect("Vec has unlimited capacity");
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, MvccError> {
+        let (flag, rest) = b
+            .split_first()
+            .ok_or_else(|| MvccError::Storage("empty history record".into()))?;
+        Ok(Record {
+            tombstone: *flag != 0,
+            kv: KeyValue::decode(rest)?,
+        })
+    }
+}

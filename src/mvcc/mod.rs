@@ -1,0 +1,414 @@
+//! Multi-version key-value storage with etcd 3.4 semantics, on sled.
+//!
+//! # Layout
+//! Three sled trees, all changed by one sled transaction per applied batch:
+//! - [`REV_TREE`]: the history. Key = main revision (8 bytes BE) ++ sub revision (8 bytes
+//!   BE); value = one tombstone flag byte ++ prost-encoded `KeyValue`. Tombstones hold only
+//!   `key` and `mod_revision`.
+//! - [`IDX_TREE`]: user key -> bincode-encoded key index (generations of revisions, like
+//!   etcd's `keyIndex`), so "the key's revision visible at R" needs no history scan.
+//! - [`META_TREE`]: the current and compacted revision under keys starting with
+//!   [`RESERVED_META_PREFIX`], plus whatever the caller passes to [`MvccStore::apply`].
+//!
+//! # Invariants
+//! - Every revision listed in a key index has a record in the history, and vice versa.
+//! - An empty store is at revision 1. Each write request that changes something bumps
+//!   the revision by exactly one; its changes get sub revisions 0, 1, ...
+//! - Compaction at C keeps, per key, the newest revision <= C unless it is a tombstone,
+//!   and everything newer than C. Hence any revision R >= C reads the same data as before
+//!   the compaction.
+//! - The published current revision (an atomic) is raised only after the batch that
+//!   produced it has committed, so readers never look for data that is not there yet.
+//!   The published compacted revision is raised *before* the compaction commits, and
+//!   readers check it again after reading: a read that raced with a compaction fails
+//!   with [`MvccError::Compacted`] rather than returning partial data.
+//! - One applier: [`MvccStore::apply`] and [`MvccStore::load`] serialize on a mutex;
+//!   reads run concurrently and lock-free.
+
+mod apply;
+mod check;
+mod error;
+mod index;
+mod view;
+
+#[cfg(test)]
+mod model_tests;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
+
+pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
+pub use error::MvccError;
+pub use index::Revision;
+
+use apply::Batch;
+use index::Record;
+use view::{range_at, Committed, KeyRange, View};
+
+use crate::proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+};
+use crate::proto::mvccpb::{event::EventType, Event, KeyValue};
+
+/// sled tree holding the history by revision.
+pub const REV_TREE: &str = "mvcc_rev";
+/// sled tree holding the key index.
+pub const IDX_TREE: &str = "mvcc_idx";
+/// sled tree holding MVCC metadata and the caller's metadata.
+pub const META_TREE: &str = "mvcc_meta";
+/// Meta keys with this prefix belong to the MVCC layer; `apply` refuses them.
+pub const RESERVED_META_PREFIX: &[u8] = b"mvcc/";
+
+const META_CURRENT: &[u8] = b"mvcc/current_revision";
+const META_COMPACTED: &[u8] = b"mvcc/compacted_revision";
+
+/// Compacted revision of a store that was never compacted (etcd's `compactMainRev`).
+pub const NEVER_COMPACTED: i64 = -1;
+
+/// A write request, as carried in the replicated log.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteRequest {
+    Put(PutRequest),
+    DeleteRange(DeleteRangeRequest),
+    Txn(TxnRequest),
+    Compact(CompactionRequest),
+}
+
+/// The response to a [`WriteRequest`]. `header.revision` is the store revision after the
+/// request; the other header fields are left for the server to fill.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteResponse {
+    Put(PutResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+    Compact(CompactionResponse),
+}
+
+/// Events read from the history by [`MvccStore::events_since`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Events {
+    /// Events in revision order; `kv.mod_revision` is the event's revision.
+    pub events: Vec<Event>,
+    /// The revision to continue from: every event with a smaller revision that matches the
+    /// key range has been returned.
+    pub next_revision: i64,
+}
+
+struct Inner {
+    db: sled::Db,
+    rev: sled::Tree,
+    idx: sled::Tree,
+    meta: sled::Tree,
+    current: AtomicI64,
+    compacted: AtomicI64,
+    apply_lock: Mutex<()>,
+}
+
+/// Handle to the MVCC store; cheap to clone, `Send + Sync`.
+#[derive(Clone)]
+pub struct MvccStore {
+    inner: Arc<Inner>,
+}
+
+fn decode_i64(v: &[u8]) -> Result<i64, MvccError> {
+    let b: [u8; 8] = v
+        .try_into()
+        .map_err(|_| MvccError::Storage("bad revision in meta tree".into()))?;
+    Ok(i64::from_be_bytes(b))
+}
+
+impl MvccStore {
+    /// Opens (or creates) the MVCC trees in `db`.
+    pub fn open(db: &sled::Db) -> Result<Self, MvccError> {
+        let inner = Inner {
+            db: db.clone(),
+            rev: db.open_tree(REV_TREE)?,
+            idx: db.open_tree(IDX_TREE)?,
+            meta: db.open_tree(META_TREE)?,
+            current: AtomicI64::new(1),
+            compacted: AtomicI64::new(NEVER_COMPACTED),
+            apply_lock: Mutex::new(()),
+        };
+        let store = MvccStore {
+            inner: Arc::new(inner),
+        };
+        store.reload_counters()?;
+        Ok(store)
+    }
+
+    fn reload_counters(&self) -> Result<(), MvccError> {
+        let i = &self.inner;
+        let cur = match i.meta.get(META_CURRENT)? {
+            Some(v) => decode_i64(&v)?,
+            None => 1,
+        };
+        let compacted = match i.meta.get(META_COMPACTED)? {
+            Some(v) => decode_i64(&v)?,
+            None => NEVER_COMPACTED,
+        };
+        i.current.store(cur, Ordering::SeqCst);
+        i.compacted.store(compacted, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The revision of the last committed write (1 for an empty store).
+    pub fn current_revision(&self) -> i64 {
+        self.inner.current.load(Ordering::SeqCst)
+    }
+
+    /// The revision of the last compaction, or [`NEVER_COMPACTED`].
+    pub fn compacted_revision(&self) -> i64 {
+        self.inner.compacted.load(Ordering::SeqCst)
+    }
+
+    fn committed(&self) -> Committed<'_> {
+        Committed {
+            idx: &self.inner.idx,
+            rev: &self.inner.rev,
+        }
+    }
+
+    /// Fails if a compaction past `rev` was published while the caller was reading.
+    fn recheck_compacted(&self, rev: i64) -> Result<(), MvccError> {
+        if rev < self.compacted_revision() {
+            return Err(MvccError::Compacted);
+        }
+        Ok(())
+    }
+
+    /// A range read at `req.revision` (0 = current), with etcd 3.4's semantics. The
+    /// response header is `None`; the revision read at is [`Self::current_revision`] at call
+    /// time when `req.revision` is 0.
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        let cur = self.current_revision();
+        let compacted = self.compacted_revision();
+        let resp = range_at(&self.committed(), req, cur, compacted)?;
+        let rev = if req.revision <= 0 { cur } else { req.revision };
+        self.recheck_compacted(rev)?;
+        Ok(resp)
+    }
+
+    /// Applies `reqs` in order and writes `meta` (`None` = delete) into [`META_TREE`], all
+    /// in one sled transaction. A request that fails changes nothing and gets its error in
+    /// the returned vector; the outer error means nothing at all was written (storage
+    /// failure or a reserved meta key). Does not flush.
+    pub fn apply(
+        &self,
+        reqs: &[WriteRequest],
+        meta: &[(Vec<u8>, Option<Vec<u8>>)],
+    ) -> Result<Vec<Result<WriteResponse, MvccError>>, MvccError> {
+        if let Some((k, _)) = meta
+            .iter()
+            .find(|(k, _)| k.starts_with(RESERVED_META_PREFIX))
+        {
+            return Err(MvccError::ReservedMetaKey(k.clone()));
+        }
+        let i = &self.inner;
+        let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let old_cur = self.current_revision();
+        let old_compacted = self.compacted_revision();
+        let mut batch = Batch::new(&i.idx, &i.rev, old_cur, old_compacted);
+        let mut out = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            match batch.apply_one(r) {
+                Err(MvccError::Storage(e)) => return Err(MvccError::Storage(e)),
+                res => out.push(res),
+            }
+        }
+        let (cur, compacted) = (batch.cur, batch.compacted);
+        let writes = batch.into_writes();
+        let mut meta_w = meta.to_vec();
+        if cur != old_cur {
+            meta_w.push((META_CURRENT.to_vec(), Some(cur.to_be_bytes().to_vec())));
+        }
+        if compacted != old_compacted {
+            meta_w.push((
+                META_COMPACTED.to_vec(),
+                Some(compacted.to_be_bytes().to_vec()),
+            ));
+            // Published before the commit so that a reader that sees compacted data
+            // also sees the new compacted revision when it re-checks.
+            i.compacted.store(compacted, Ordering::SeqCst);
+        }
+        let res = (&i.rev, &i.idx, &i.meta).transaction(|(tr, ti, tm)| {
+            for (k, v) in &writes.rev {
+                match v {
+                    Some(v) => tr.insert(&k[..], &v[..])?,
+                    None => tr.remove(&k[..])?,
+                };
+            }
+            for (k, v) in &writes.idx {
+                match v {
+                    Some(v) => ti.insert(&k[..], &v[..])?,
+                    None => ti.remove(&k[..])?,
+                };
+            }
+            for (k, v) in &meta_w {
+                match v {
+                    Some(v) => tm.insert(&k[..], &v[..])?,
+                    None => tm.remove(&k[..])?,
+                };
+            }
+            Ok::<(), ConflictableTransactionError<()>>(())
+        });
+        if let Err(e) = res {
+            i.compacted.store(old_compacted, Ordering::SeqCst);
+            return Err(match e {
+                TransactionError::Storage(e) => e.into(),
+                TransactionError::Abort(()) => MvccError::Storage("transaction aborted".into()),
+            });
+        }
+        i.current.store(cur, Ordering::SeqCst);
+        Ok(out)
+    }
+
+    /// A value from [`META_TREE`].
+    pub fn get_meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, MvccError> {
+        Ok(self.inner.meta.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// The value of `key` visible at `rev` (0 = current), if any.
+    pub fn get_at(&self, key: &[u8], rev: i64) -> Result<Option<KeyValue>, MvccError> {
+        let resp = self.range(&RangeRequest {
+            key: key.to_vec(),
+            revision: rev,
+            ..Default::default()
+        })?;
+        Ok(resp.kvs.into_iter().next())
+    }
+
+    /// History events on keys in `key`/`range_end` (etcd range convention) with revision
+    /// `>= start_rev`, up to the current revision. Stops after the revision in which the
+    /// `limit`-th event falls (`limit == 0`: no limit), so a revision is never split.
+    /// With `prev_kv`, each event carries the key's value before the event if it is still
+    /// in the history. `start_rev < compacted revision` fails with `Compacted`.
+    pub fn events_since(
+        &self,
+        start_rev: i64,
+        key: &[u8],
+        range_end: &[u8],
+        prev_kv: bool,
+        limit: usize,
+    ) -> Result<Events, MvccError> {
+        let cur = self.current_revision();
+        let start = start_rev.max(1);
+        if start < self.compacted_revision() {
+            return Err(MvccError::Compacted);
+        }
+        let kr = KeyRange::new(key, range_end);
+        let view = self.committed();
+        let lo = Revision {
+            main: start,
+            sub: 0,
+        }
+        .to_bytes();
+        let hi = Revision {
+            main: cur + 1,
+            sub: 0,
+        }
+        .to_bytes();
+        let mut events = Vec::new();
+        let mut next_revision = cur + 1;
+        for item in self.inner.rev.range(lo..hi) {
+            let (k, v) = item?;
+            let rev = Revision::from_bytes(&k)?;
+            let rec = Record::decode(&v)?;
+            if !kr.contains(&rec.kv.key) {
+                continue;
+            }
+            if limit > 0 && events.len() >= limit {
+                let last = events
+                    .last()
+                    .map(|e: &Event| e.kv.as_ref().map_or(0, |kv| kv.mod_revision));
+                if last != Some(rev.main) {
+                    next_revision = rev.main;
+                    break;
+                }
+            }
+            let prev = if prev_kv {
+                self.prev_of(&view, &rec.kv.key, rev)?
+            } else {
+                None
+            };
+            events.push(Event {
+                r#type: if rec.tombstone {
+                    EventType::Delete
+                } else {
+                    EventType::Put
+                } as i32,
+                kv: Some(rec.kv),
+                prev_kv: prev,
+            });
+        }
+        self.recheck_compacted(start)?;
+        Ok(Events {
+            events,
+            next_revision,
+        })
+    }
+
+    fn prev_of(
+        &self,
+        view: &Committed<'_>,
+        key: &[u8],
+        rev: Revision,
+    ) -> Result<Option<KeyValue>, MvccError> {
+        let Some(found) = view.index(key)?.and_then(|ki| ki.before(rev)) else {
+            return Ok(None);
+        };
+        if found.tombstone {
+            return Ok(None);
+        }
+        Ok(view.record(found.rev)?.map(|r| r.kv))
+    }
+
+    /// Every entry of the MVCC trees as (tree name, key, value), for snapshots. Only a
+    /// point-in-time image if no apply runs during the iteration.
+    pub fn dump(&self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> + '_ {
+        let i = &self.inner;
+        [(REV_TREE, &i.rev), (IDX_TREE, &i.idx), (META_TREE, &i.meta)]
+            .into_iter()
+            .flat_map(|(name, tree)| {
+                tree.iter().map(move |item| {
+                    let (k, v) = item?;
+                    Ok((name.to_string(), k.to_vec(), v.to_vec()))
+                })
+            })
+    }
+
+    /// Replaces the whole store content with `entries` (as produced by [`Self::dump`]).
+    /// Not crash-atomic: a crash midway leaves a partial store, so the caller must
+    /// record snapshot installation in its own durable state and redo it on restart.
+    /// Concurrent reads during a load may see partial data.
+    pub fn load<I>(&self, entries: I) -> Result<(), MvccError>
+    where
+        I: IntoIterator<Item = (String, Vec<u8>, Vec<u8>)>,
+    {
+        let i = &self.inner;
+        let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        i.rev.clear()?;
+        i.idx.clear()?;
+        i.meta.clear()?;
+        for (tree, k, v) in entries {
+            let t = match tree.as_str() {
+                REV_TREE => &i.rev,
+                IDX_TREE => &i.idx,
+                META_TREE => &i.meta,
+                other => return Err(MvccError::Storage(format!("unknown tree {other:?}"))),
+            };
+            t.insert(k, v)?;
+        }
+        self.reload_counters()
+    }
+
+    /// Flushes the sled database (apply never does).
+    pub fn flush(&self) -> Result<usize, MvccError> {
+        Ok(self.inner.db.flush()?)
+    }
+}
