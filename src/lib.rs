@@ -1,2 +1,3 @@
 //! kvd: an etcd-compatible, Raft-replicated key-value store.
 pub mod proto;
+pub mod wal;
