@@ -36,6 +36,9 @@ const PAGE: usize = 4096;
 struct Inode {
     live: Vec<u8>,
     durable: Vec<u8>,
+    /// live[..dirty_from] == durable[..dirty_from]; lets sync copy only the
+    /// new suffix instead of the whole file (keeps the crash tests fast).
+    dirty_from: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -155,6 +158,7 @@ impl SimFs {
         let mut st = self.lock();
         let ino = st.live_names[path];
         let node = st.inodes.get_mut(&ino).unwrap();
+        node.dirty_from = data.len();
         node.live = data.clone();
         node.durable = data;
     }
@@ -186,6 +190,7 @@ impl SimFs {
         st.inodes.retain(|ino, _| keep.contains(ino));
         for node in st.inodes.values_mut() {
             let bytes = crash_content(&node.live, &node.durable, rng);
+            node.dirty_from = bytes.len();
             node.live = bytes.clone();
             node.durable = bytes;
         }
@@ -258,7 +263,9 @@ impl WalFile for SimFile {
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
         let ino = self.ino;
         let len = self.with("write", |st| {
-            let live = &mut st.inodes.get_mut(&ino).unwrap().live;
+            let node = st.inodes.get_mut(&ino).unwrap();
+            node.dirty_from = node.dirty_from.min(offset as usize);
+            let live = &mut node.live;
             let end = offset as usize + buf.len();
             if live.len() < end {
                 live.resize(end, 0);
@@ -288,7 +295,10 @@ impl WalFile for SimFile {
         let ino = self.ino;
         let delay = self.with("sync_data", |st| {
             let node = st.inodes.get_mut(&ino).unwrap();
-            node.durable = node.live.clone();
+            let same = node.dirty_from.min(node.durable.len()).min(node.live.len());
+            node.durable.truncate(same);
+            node.durable.extend_from_slice(&node.live[same..]);
+            node.dirty_from = node.live.len();
             st.sync_delay
         })?;
         if let Some(d) = delay {

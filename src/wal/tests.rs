@@ -98,10 +98,9 @@ fn round_trip_real_fs() {
     want.push(entry(6, 1));
     assert_eq!(stats.records, want.len() as u64);
     assert_eq!(stats.fsyncs, batches.len() as u64 + 1);
-    assert_eq!(
-        stats.fsync_buckets[13],
-        stats.fsyncs.min(stats.fsync_buckets[13])
-    );
+    assert!(stats.fsync_buckets.windows(2).all(|w| w[0] <= w[1]));
+    assert!(stats.fsync_buckets[13] <= stats.fsyncs);
+    assert!(stats.bytes_written > 5000);
 
     let (wal, got) = Wal::open(&path, WalOptions::default()).unwrap();
     assert_eq!(got, want);
@@ -142,7 +141,7 @@ fn closed_and_drop_semantics() {
 fn truncation_at_every_offset_of_last_record() {
     let fs = SimFs::new();
     let (wal, _) = open_sim(&fs, 1 << 20).unwrap();
-    let mut written = vec![entry(1, 20), entry(2, 30), Record::Vote(b"v".to_vec())];
+    let written = vec![entry(1, 20), entry(2, 30), Record::Vote(b"v".to_vec())];
     wal.write_sync(written[..2].to_vec()).unwrap();
     wal.write_sync(written[2..].to_vec()).unwrap();
     let last = entry(3, 40);
@@ -172,7 +171,6 @@ fn truncation_at_every_offset_of_last_record() {
         want.push(entry(9, 5));
         assert_eq!(got, want, "reopen after cut at {cut}");
     }
-    written.push(last);
 }
 
 #[test]
@@ -300,25 +298,23 @@ fn torn_page_inside_last_batch_is_repaired() {
     wal.write_sync(big.clone()).unwrap();
     drop(wal);
     let (path, mut data) = segment_files(&fs).remove(0);
+    let fr = frames(&data);
+    let want: Vec<Record> = fr
+        .iter()
+        .filter(|(_, end, _)| *end <= 8192)
+        .filter_map(|(_, _, f)| match f {
+            Frame::Record(r) => Some(r.clone()),
+            Frame::BatchEnd { .. } => None,
+        })
+        .collect();
+    // Frames of the same batch, including its end marker, survive after the hole.
+    assert!(matches!(fr.last(), Some((s, _, Frame::BatchEnd { .. })) if *s > 12288));
     data[8192..12288].fill(0);
     let fs = sim_with_files(&[(path.clone(), data.clone())]);
     let (_w, got) = open_sim(&fs, 1 << 20).unwrap();
-    let fr = frames(
-        &data[..8192]
-            .iter()
-            .copied()
-            .chain(std::iter::empty())
-            .collect::<Vec<_>>()
-            .into_iter()
-            .take(0)
-            .collect::<Vec<u8>>(),
-    )
-    .len();
-    let _ = fr;
-    // Everything up to the last frame ending before the zeroed page survives.
-    assert_eq!(got[0], entry(1, 10));
-    assert!(got.len() > 1 && got.len() < 1 + big.len());
-    assert_eq!(got[1..], big[..got.len() - 1]);
+    assert!(want.len() > 2 && want.len() < 1 + big.len());
+    assert_eq!(got, want);
+    assert!(fs.file_contents(&path).unwrap().len() <= 8192);
 }
 
 #[test]
@@ -369,7 +365,6 @@ fn fsync_failure_poisons_the_wal() {
         wal.write_sync(vec![entry(2, 1)]),
         Err(WalError::Io(_))
     ));
-    assert!(!fs.failpoint_tripped() || fs.mutating_ops() > 0);
     // The disk "works" again, but nothing is ever acknowledged after a failed fsync.
     assert!(matches!(
         wal.write_sync(vec![entry(3, 1)]),
@@ -482,12 +477,17 @@ impl Model {
             Record::PurgeUpTo { index, data } => self.purge = Some((*index, data.clone())),
         }
     }
-    fn visible(&self) -> Model {
-        let mut m = self.clone();
-        if let Some((p, _)) = &self.purge {
-            m.entries = m.entries.split_off(&(p + 1));
-        }
-        m
+    /// Equality of what must survive: everything but purged entries.
+    fn same_visible(&self, other: &Model) -> bool {
+        let floor = self.purge.as_ref().map_or(0, |p| p.0 + 1);
+        let ofloor = other.purge.as_ref().map_or(0, |p| p.0 + 1);
+        self.vote == other.vote
+            && self.committed == other.committed
+            && self.purge == other.purge
+            && self
+                .entries
+                .range(floor..)
+                .eq(other.entries.range(ofloor..))
     }
 }
 
@@ -558,7 +558,6 @@ fn check_recovery(
     for r in recovered {
         got.apply(r);
     }
-    let got = got.visible();
     let mut m = Model::default();
     let mut best = None;
     for (k, r) in std::iter::once(None)
@@ -568,7 +567,7 @@ fn check_recovery(
         if let Some(r) = r {
             m.apply(r);
         }
-        if k >= acked && m.visible() == got {
+        if k >= acked && m.same_visible(&got) {
             best = Some(k);
         }
     }
@@ -580,8 +579,20 @@ fn check_recovery(
     })
 }
 
+/// Coverage counters, so a vacuous run (e.g. nothing ever lost) is noticed.
+#[derive(Debug, Default)]
+struct Coverage {
+    lives: u64,
+    /// Unacknowledged records that did not survive.
+    lost_unacked: u64,
+    /// Unacknowledged records that survived anyway.
+    kept_unacked: u64,
+    failed_callbacks: u64,
+    max_segments: usize,
+}
+
 /// One randomized run: several lives, each ended by a power loss.
-fn power_loss_run(seed: u64) -> Result<(), String> {
+fn power_loss_run(seed: u64, cov: &mut Coverage) -> Result<(), String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let fs = SimFs::new();
     let literal = rng.gen_bool(0.3);
@@ -606,6 +617,10 @@ fn power_loss_run(seed: u64) -> Result<(), String> {
             open_sim(&fs, segment_size).map_err(|e| format!("life {life}: open: {e}"))?;
         let k = check_recovery(&recovered, &history, acked, literal)
             .map_err(|e| format!("life {life}: {e}"))?;
+        cov.lives += 1;
+        cov.lost_unacked += (history.len() - k) as u64;
+        cov.kept_unacked += (k - acked) as u64;
+        cov.max_segments = cov.max_segments.max(fs.list_dir(&dir()).unwrap().len());
         history.truncate(k);
         acked = k;
         // Regenerate indexes from the recovered state.
@@ -658,6 +673,7 @@ fn power_loss_run(seed: u64) -> Result<(), String> {
                 acked = acked.max(end);
             } else {
                 seen_err = true;
+                cov.failed_callbacks += 1;
             }
         }
         fs.crash(&mut rng);
@@ -675,10 +691,16 @@ fn power_loss_random_workloads() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    let mut cov = Coverage::default();
     for seed in base..base + seeds {
-        if let Err(e) = power_loss_run(seed) {
+        if let Err(e) = power_loss_run(seed, &mut cov) {
             panic!("power-loss run failed, seed {seed} (WAL_SEED_BASE={seed} WAL_SEEDS=1): {e}");
         }
+    }
+    eprintln!("{cov:?}");
+    if seeds >= 100 {
+        assert!(cov.lost_unacked > 0 && cov.kept_unacked > 0 && cov.failed_callbacks > 0);
+        assert!(cov.max_segments > 5);
     }
 }
 
@@ -741,18 +763,19 @@ fn simfs_crash_keeps_synced_and_drops_unsynced_entries() {
     f.append(&[7u8; 10000]).unwrap();
     let _g = fs.create_file(&d.join("b")).unwrap();
     let mut rng = StdRng::seed_from_u64(1);
-    let mut saw_b = [false, false];
-    for _ in 0..20 {
-        let c = fs.clone();
-        let snapshot = SimFs::new();
-        drop(snapshot);
-        c.crash(&mut rng);
-        let a = fs.file_contents(&d.join("a")).unwrap();
-        assert!(a.starts_with(b"hello") && a.len() <= 10005);
-        saw_b[fs.file_contents(&d.join("b")).is_some() as usize] = true;
-        // Old handles are dead after a crash.
-        assert!(f.append(b"x").is_err());
-        break;
+    fs.crash(&mut rng);
+    let a = fs.file_contents(&d.join("a")).unwrap();
+    assert!(a.starts_with(b"hello") && a.len() <= 10005);
+    // Handles from before the crash are dead.
+    assert!(f.append(b"x").is_err());
+    // An unsynced directory entry vanishes or survives, depending on the seed.
+    let mut saw = [false, false];
+    for seed in 0..32 {
+        let fs = SimFs::new();
+        fs.create_dir_all(d).unwrap();
+        fs.create_file(&d.join("b")).unwrap();
+        fs.crash(&mut StdRng::seed_from_u64(seed));
+        saw[fs.file_contents(&d.join("b")).is_some() as usize] = true;
     }
-    let _ = saw_b;
+    assert_eq!(saw, [true, true]);
 }
