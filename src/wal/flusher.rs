@@ -150,7 +150,10 @@ impl Flusher {
         self.shared.stats.observe_fsync(t.elapsed());
         self.shared.stats.add_batch(n_records, buf.len() as u64);
         self.restate = false;
-        self.buf = buf;
+        // Keep the buffer for the next batch unless one huge batch bloated it.
+        if buf.capacity() <= 16 << 20 {
+            self.buf = buf;
+        }
         Ok(purge_to)
     }
 

@@ -48,7 +48,32 @@
 //!   PurgeUpTo covers all their entries (oldest first, dir fsynced after).
 //! - Consequently the records returned by `open` can repeat Vote, Committed
 //!   and PurgeUpTo records; replaying them in order (last one wins) gives the
-//!   right state.
+//!   right state. Entries at or below the latest PurgeUpTo may or may not be
+//!   returned.
+//!
+//! # Recovery
+//!
+//! `open` reads the segments in order. A frame that fails to parse (bad crc,
+//! type, length, or cut short) at offset X is a *torn tail* if no frame of a
+//! later batch follows it anywhere: the file is truncated to X and fsynced,
+//! later (empty or garbage) segment files are removed, and a warning is
+//! logged. Frames after X that belong to X's own batch do not count, because
+//! the pages of one in-flight write survive or vanish independently. Any
+//! other damage is `WalError::Corrupt { file, offset: X }`. A garbage header
+//! on the newest segment (crash between create and header fsync) is torn; on
+//! any other segment it is `BadHeader`; a different format version is
+//! `IncompatibleVersion`. A hole in the segment sequence can only be left by
+//! an interrupted purge, so the segments before it are removed.
+//!
+//! Limitation: damage inside the *last* batch cannot be told apart from a
+//! torn write, so a bit flip there is repaired (dropping that batch's
+//! records from the damaged one on) rather than reported.
+//!
+//! # Callbacks
+//!
+//! `submit` callbacks run on the flusher thread, in order. They must be
+//! quick and must not wait for the WAL (e.g. call `write_sync`): the flusher
+//! cannot make progress until they return.
 
 mod flusher;
 pub mod format;
@@ -169,6 +194,7 @@ pub const FSYNC_BUCKETS: [f64; 14] = {
 /// A snapshot of the WAL counters.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WalStats {
+    /// fdatasyncs of record batches (header and directory syncs not counted).
     pub fsyncs: u64,
     /// Records written, including restated state records.
     pub records: u64,
