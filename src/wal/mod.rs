@@ -245,11 +245,12 @@ impl Stats {
     }
 }
 
-type Callback = Box<dyn FnOnce(Result<(), WalError>) + Send>;
+/// Completion callback passed to [`Wal::submit`].
+pub type WalCallback = Box<dyn FnOnce(Result<(), WalError>) + Send>;
 
 pub(crate) struct Pending {
     records: Vec<Record>,
-    done: Callback,
+    done: WalCallback,
 }
 
 #[derive(Default)]
@@ -384,7 +385,7 @@ impl Wal {
     /// called from the flusher thread once they are fdatasynced (or with the
     /// error). Never blocks on disk. If the WAL is already closed or
     /// poisoned, `done` is called immediately on the calling thread.
-    pub fn submit(&self, records: Vec<Record>, done: Callback) {
+    pub fn submit(&self, records: Vec<Record>, done: WalCallback) {
         let shared = &self.inner.shared;
         let mut q = shared.lock();
         let refused = if q.closed {
