@@ -1,0 +1,213 @@
+//! The single background thread that owns the segment files.
+//!
+//! Invariants:
+//! - at most one batch is being written or synced at any time, and a batch is
+//!   fully fdatasynced before the next one is written: this is what lets
+//!   recovery assume only the final batch can be torn;
+//! - callbacks run in submission order, only after the fdatasync covering
+//!   their records returned Ok;
+//! - after any I/O error the WAL is poisoned: nothing is acknowledged again
+//!   (a failed fsync may have dropped dirty pages, so retrying could report
+//!   data durable that never reached the disk);
+//! - segment rotation happens only between batches, and a new segment's
+//!   first batch starts by restating the latest Vote, Committed and PurgeUpTo,
+//!   so every older segment holds only superseded state plus entries;
+//! - segments are unlinked oldest-first, only after the PurgeUpTo that
+//!   condemns them is durable.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::format::{self, HEADER_LEN};
+use super::fs::{WalFile, WalFs};
+use super::recovery::{create_segment, SegmentInfo};
+use super::{segment_path, Pending, Record, Shared, WalError, WalOptions};
+
+pub(crate) struct Flusher {
+    pub fs: Arc<dyn WalFs>,
+    pub dir: PathBuf,
+    pub opts: WalOptions,
+    pub file: Box<dyn WalFile>,
+    pub segments: VecDeque<SegmentInfo>,
+    pub vote: Option<Vec<u8>>,
+    pub committed: Option<Vec<u8>>,
+    pub purge: Option<(u64, Vec<u8>)>,
+    /// Restate state at the start of the next batch.
+    pub restate: bool,
+    pub shared: Arc<Shared>,
+    pub buf: Vec<u8>,
+}
+
+/// Fails whatever is still queued if the thread exits for any reason,
+/// including a panicking callback, so no caller waits forever.
+struct ExitGuard(Arc<Shared>);
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        let pending = {
+            let mut q = self.0.lock();
+            q.closed = true;
+            std::mem::take(&mut q.pending)
+        };
+        for p in pending {
+            (p.done)(Err(WalError::Closed));
+        }
+    }
+}
+
+impl Flusher {
+    pub fn run(mut self) {
+        let _guard = ExitGuard(self.shared.clone());
+        loop {
+            let (batch, poisoned) = {
+                let mut q = self.shared.lock();
+                while q.pending.is_empty() && !q.closed {
+                    q = self.shared.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                if q.pending.is_empty() {
+                    return;
+                }
+                (std::mem::take(&mut q.pending), q.poisoned.clone())
+            };
+            if let Some(reason) = poisoned {
+                for p in batch {
+                    (p.done)(Err(WalError::Poisoned(reason.clone())));
+                }
+                continue;
+            }
+            match self.write_batch(&batch) {
+                Ok(purge_to) => {
+                    for p in batch {
+                        (p.done)(Ok(()));
+                    }
+                    if let Some(idx) = purge_to {
+                        if let Err(e) = self.purge_segments(idx) {
+                            self.poison(&e);
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.poison(&e);
+                    for p in batch {
+                        (p.done)(Err(e.duplicate()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn poison(&self, e: &WalError) {
+        tracing::error!(error = %e, "wal: I/O failure, refusing all further writes");
+        let mut q = self.shared.lock();
+        if q.poisoned.is_none() {
+            q.poisoned = Some(e.to_string());
+        }
+    }
+
+    /// Writes and syncs one group commit. Returns the purge index if the
+    /// batch contained a PurgeUpTo (to be applied now that it is durable).
+    fn write_batch(&mut self, batch: &[Pending]) -> Result<Option<u64>, WalError> {
+        if self.file.size() >= self.opts.segment_size {
+            self.rotate()?;
+        }
+        let batch_start = self.file.size();
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut n_records = 0u64;
+        if self.restate {
+            let state: Vec<Record> = self.state_records();
+            for r in &state {
+                encode(r, &mut buf)?;
+            }
+            n_records += state.len() as u64;
+        }
+        let mut purge_to = None;
+        let cur = self.segments.back_mut().expect("current segment");
+        for p in batch {
+            for r in &p.records {
+                encode(r, &mut buf)?;
+                n_records += 1;
+                match r {
+                    Record::Entry { index, .. } => {
+                        cur.max_entry = Some(cur.max_entry.map_or(*index, |m| m.max(*index)))
+                    }
+                    Record::Vote(v) => self.vote = Some(v.clone()),
+                    Record::Committed(c) => self.committed = Some(c.clone()),
+                    Record::PurgeUpTo { index, data } => {
+                        self.purge = Some((*index, data.clone()));
+                        purge_to = Some(*index);
+                    }
+                    Record::TruncateAfter { .. } => {}
+                }
+            }
+        }
+        format::encode_batch_end(batch_start, &mut buf);
+        self.file.append(&buf)?;
+        let t = Instant::now();
+        self.file.sync_data()?;
+        self.shared.stats.observe_fsync(t.elapsed());
+        self.shared.stats.add_batch(n_records, buf.len() as u64);
+        self.restate = false;
+        // Keep the buffer for the next batch unless one huge batch bloated it.
+        if buf.capacity() <= 16 << 20 {
+            self.buf = buf;
+        }
+        Ok(purge_to)
+    }
+
+    fn state_records(&self) -> Vec<Record> {
+        let mut v = Vec::new();
+        if let Some(vote) = &self.vote {
+            v.push(Record::Vote(vote.clone()));
+        }
+        if let Some(c) = &self.committed {
+            v.push(Record::Committed(c.clone()));
+        }
+        if let Some((index, data)) = &self.purge {
+            v.push(Record::PurgeUpTo {
+                index: *index,
+                data: data.clone(),
+            });
+        }
+        v
+    }
+
+    fn rotate(&mut self) -> Result<(), WalError> {
+        let seq = self.segments.back().expect("current segment").seq + 1;
+        self.file = create_segment(&self.fs, &self.dir, seq)?;
+        debug_assert_eq!(self.file.size(), HEADER_LEN as u64);
+        self.segments.push_back(SegmentInfo {
+            seq,
+            max_entry: None,
+        });
+        self.restate = true;
+        Ok(())
+    }
+
+    fn purge_segments(&mut self, purge_to: u64) -> Result<(), WalError> {
+        let mut removed = 0;
+        // Oldest-first and stop at the first keeper: removing a later segment
+        // while an older one survives could drop a TruncateAfter and
+        // resurrect entries it had cut off.
+        while self.segments.len() > 1 {
+            let s = &self.segments[0];
+            if s.max_entry.is_some_and(|m| m > purge_to) {
+                break;
+            }
+            self.fs.remove_file(&segment_path(&self.dir, s.seq))?;
+            self.segments.pop_front();
+            removed += 1;
+        }
+        if removed > 0 {
+            self.fs.sync_dir(&self.dir)?;
+            tracing::debug!(removed, purge_to, "wal: purged segments");
+        }
+        Ok(())
+    }
+}
+
+fn encode(r: &Record, buf: &mut Vec<u8>) -> Result<(), WalError> {
+    format::encode_record(r, buf).map_err(|len| WalError::RecordTooLarge { len })
+}

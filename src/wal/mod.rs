@@ -1,0 +1,442 @@
+//! Write-ahead log under the Raft log store.
+//!
+//! # Layout
+//!
+//! The WAL is a directory of segment files named `NNNNNNNNNNNNNNNN.wal`
+//! (16 lower-case hex digits: the segment sequence number, contiguous).
+//! All integers are fixed-width little-endian; nothing is padded.
+//!
+//! ```text
+//! segment file
+//! +-------------------------------------------------------------+
+//! | header (24 bytes)                                           |
+//! |   magic "KVDWAL\0\0" [8] | version u32 (=1) | seq u64 | crc u32 |
+//! |   (crc32 over the 20 bytes before it)                       |
+//! +-------------------------------------------------------------+
+//! | frame | frame | ... | BatchEnd | frame | ... | BatchEnd | ... |
+//! +-------------------------------------------------------------+
+//!
+//! frame
+//! +-----------+---------+-----------+---------------------+
+//! | len u32   | type u8 | crc32 u32 | payload [len bytes] |
+//! +-----------+---------+-----------+---------------------+
+//!   crc32 = crc32(type byte ++ payload)
+//!
+//! type  record         payload
+//!  0    (never valid: all-zero bytes must not parse)
+//!  1    Entry          index u64 | data
+//!  2    Vote           data
+//!  3    Committed      data
+//!  4    TruncateAfter  is_some u8 (0|1) | index u64 (0 if None)
+//!  5    PurgeUpTo      index u64 | data
+//!  6    BatchEnd       batch_start u64 (offset of the batch's first frame)
+//! ```
+//!
+//! # Invariants
+//!
+//! - Records reach the disk in submission order; each `submit` callback runs
+//!   after an fdatasync covering its records, and never after an I/O error.
+//! - Each group commit (batch) is appended and fdatasynced before the next one
+//!   is written and ends with a `BatchEnd` frame; so after a power loss only
+//!   the last batch can be damaged. Recovery truncates such a torn tail and
+//!   refuses (`Corrupt`) any damage that has frames of a later batch after it.
+//! - A segment is created, its header fdatasynced and the directory fsynced
+//!   before any record is written into it. The first batch in a new segment
+//!   (and the first after opening a multi-segment WAL) restates the latest
+//!   Vote, Committed and PurgeUpTo, so older segments only ever hold
+//!   superseded state and entries, and may be unlinked once a durable
+//!   PurgeUpTo covers all their entries (oldest first, dir fsynced after).
+//! - Consequently the records returned by `open` can repeat Vote, Committed
+//!   and PurgeUpTo records; replaying them in order (last one wins) gives the
+//!   right state. Entries at or below the latest PurgeUpTo may or may not be
+//!   returned.
+//!
+//! # Recovery
+//!
+//! `open` reads the segments in order. A frame that fails to parse (bad crc,
+//! type, length, or cut short) at offset X is a *torn tail* if no frame of a
+//! later batch follows it anywhere: the file is truncated to X and fsynced,
+//! later (empty or garbage) segment files are removed, and a warning is
+//! logged. Frames after X that belong to X's own batch do not count, because
+//! the pages of one in-flight write survive or vanish independently. Any
+//! other damage is `WalError::Corrupt { file, offset: X }`. A garbage header
+//! on the newest segment (crash between create and header fsync) is torn; on
+//! any other segment it is `BadHeader`; a different format version is
+//! `IncompatibleVersion`. A hole in the segment sequence can only be left by
+//! an interrupted purge, so the segments before it are removed.
+//!
+//! Limitation: damage inside the *last* batch cannot be told apart from a
+//! torn write, so a bit flip there is repaired (dropping that batch's
+//! records from the damaged one on) rather than reported.
+//!
+//! # Callbacks
+//!
+//! `submit` callbacks run on the flusher thread, in order. They must be
+//! quick and must not wait for the WAL (e.g. call `write_sync`): the flusher
+//! cannot make progress until they return.
+
+mod flusher;
+pub mod format;
+pub mod fs;
+mod recovery;
+pub mod simfs;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::Duration;
+
+pub use fs::{RealFs, WalFile, WalFs};
+pub use simfs::SimFs;
+
+/// What the Raft layer writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// One Raft log entry (opaque bytes).
+    Entry { index: u64, data: Vec<u8> },
+    /// Opaque encoded vote.
+    Vote(Vec<u8>),
+    /// Opaque encoded committed log id.
+    Committed(Vec<u8>),
+    /// Drop all entries with index > `index` (None: all entries).
+    TruncateAfter { index: Option<u64> },
+    /// Entries <= `index` are no longer needed; `data` is an opaque log id.
+    PurgeUpTo { index: u64, data: Vec<u8> },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("wal I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("wal corrupt: {file} at offset {offset}: {reason}")]
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("wal segment {file} has a bad header: {reason}")]
+    BadHeader { file: PathBuf, reason: String },
+    #[error(
+        "wal segment {file} has format version {found}, this build reads version {}",
+        format::FORMAT_VERSION
+    )]
+    IncompatibleVersion { file: PathBuf, found: u32 },
+    #[error("wal record payload of {len} bytes exceeds the maximum")]
+    RecordTooLarge { len: usize },
+    #[error("wal is closed")]
+    Closed,
+    #[error("wal refuses writes after an earlier I/O failure: {0}")]
+    Poisoned(String),
+}
+
+impl WalError {
+    /// io::Error is not Clone, but one failure must be reported to every
+    /// waiting caller.
+    fn duplicate(&self) -> WalError {
+        match self {
+            WalError::Io(e) => WalError::Io(std::io::Error::new(e.kind(), e.to_string())),
+            WalError::Corrupt {
+                file,
+                offset,
+                reason,
+            } => WalError::Corrupt {
+                file: file.clone(),
+                offset: *offset,
+                reason: reason.clone(),
+            },
+            WalError::BadHeader { file, reason } => WalError::BadHeader {
+                file: file.clone(),
+                reason: reason.clone(),
+            },
+            WalError::IncompatibleVersion { file, found } => WalError::IncompatibleVersion {
+                file: file.clone(),
+                found: *found,
+            },
+            WalError::RecordTooLarge { len } => WalError::RecordTooLarge { len: *len },
+            WalError::Closed => WalError::Closed,
+            WalError::Poisoned(s) => WalError::Poisoned(s.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WalOptions {
+    /// A new segment is started before the next batch once the current one
+    /// has reached this size (so segments overshoot by at most one batch).
+    pub segment_size: u64,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            segment_size: 64 << 20,
+        }
+    }
+}
+
+/// Upper bounds (seconds) of the fsync latency histogram buckets, matching
+/// etcd's `etcd_disk_wal_fsync_duration_seconds`: 0.001 * 2^k, k = 0..13.
+pub const FSYNC_BUCKETS: [f64; 14] = {
+    let mut b = [0.0; 14];
+    let mut k = 0;
+    while k < 14 {
+        b[k] = 0.001 * (1u64 << k) as f64;
+        k += 1;
+    }
+    b
+};
+
+/// A snapshot of the WAL counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WalStats {
+    /// fdatasyncs of record batches (header and directory syncs not counted).
+    pub fsyncs: u64,
+    /// Records written, including restated state records.
+    pub records: u64,
+    pub bytes_written: u64,
+    pub batches: u64,
+    /// Cumulative counts: `fsync_buckets[k]` = fsyncs that took <= FSYNC_BUCKETS[k].
+    /// The +Inf bucket is `fsyncs`.
+    pub fsync_buckets: [u64; 14],
+    pub fsync_seconds_sum: f64,
+}
+
+#[derive(Default)]
+struct Stats {
+    fsyncs: AtomicU64,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    batches: AtomicU64,
+    fsync_nanos: AtomicU64,
+    buckets: [AtomicU64; 14],
+}
+
+impl Stats {
+    fn observe_fsync(&self, d: Duration) {
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.fsync_nanos
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        let secs = d.as_secs_f64();
+        for (b, bound) in self.buckets.iter().zip(FSYNC_BUCKETS) {
+            if secs <= bound {
+                b.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    fn add_batch(&self, records: u64, bytes: u64) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.records.fetch_add(records, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    fn snapshot(&self) -> WalStats {
+        WalStats {
+            fsyncs: self.fsyncs.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+            bytes_written: self.bytes.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            fsync_buckets: std::array::from_fn(|k| self.buckets[k].load(Ordering::Relaxed)),
+            fsync_seconds_sum: self.fsync_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// Completion callback passed to [`Wal::submit`].
+pub type WalCallback = Box<dyn FnOnce(Result<(), WalError>) + Send>;
+
+pub(crate) struct Pending {
+    records: Vec<Record>,
+    done: WalCallback,
+}
+
+#[derive(Default)]
+pub(crate) struct Queue {
+    pending: Vec<Pending>,
+    closed: bool,
+    poisoned: Option<String>,
+}
+
+pub(crate) struct Shared {
+    queue: Mutex<Queue>,
+    cv: Condvar,
+    stats: Stats,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A panicking callback must not wedge every other caller.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    thread_id: ThreadId,
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        {
+            let mut q = self.shared.lock();
+            q.closed = true;
+        }
+        self.shared.cv.notify_all();
+        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Joining from a callback (the flusher dropping the last handle)
+        // would deadlock; the thread exits by itself once the queue drains.
+        if std::thread::current().id() != self.thread_id {
+            if let Some(h) = handle {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Handle to an open WAL. Clones share the same log; the flusher thread is
+/// stopped (after draining the queue) when the last clone is dropped.
+#[derive(Clone)]
+pub struct Wal {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal").finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:016x}.wal"))
+}
+
+impl Wal {
+    /// Opens (creating the dir if needed), recovers, repairs a torn tail,
+    /// returns the surviving records in order.
+    pub fn open(dir: &Path, opts: WalOptions) -> Result<(Wal, Vec<Record>), WalError> {
+        Self::open_with_fs(Arc::new(RealFs), dir, opts)
+    }
+
+    pub fn open_with_fs(
+        fs: Arc<dyn WalFs>,
+        dir: &Path,
+        opts: WalOptions,
+    ) -> Result<(Wal, Vec<Record>), WalError> {
+        let rec = recovery::recover(&fs, dir)?;
+        let mut vote = None;
+        let mut committed = None;
+        let mut purge = None;
+        for r in &rec.records {
+            match r {
+                Record::Vote(v) => vote = Some(v.clone()),
+                Record::Committed(c) => committed = Some(c.clone()),
+                Record::PurgeUpTo { index, data } => purge = Some((*index, data.clone())),
+                _ => {}
+            }
+        }
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            cv: Condvar::new(),
+            stats: Stats::default(),
+        });
+        let flusher = flusher::Flusher {
+            fs,
+            dir: dir.to_path_buf(),
+            opts,
+            file: rec.file,
+            // The current segment may have been created by a run that died
+            // before its restatement was durable; restating again is cheap
+            // and keeps older segments deletable.
+            restate: rec.segments.len() > 1,
+            segments: VecDeque::from(rec.segments),
+            vote,
+            committed,
+            purge,
+            shared: shared.clone(),
+            buf: Vec::new(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("kvd-wal-flusher".into())
+            .spawn(move || flusher.run())?;
+        let inner = Inner {
+            shared,
+            thread_id: handle.thread().id(),
+            thread: Mutex::new(Some(handle)),
+        };
+        Ok((
+            Wal {
+                inner: Arc::new(inner),
+            },
+            rec.records,
+        ))
+    }
+
+    /// Queues records; they are written in submission order and `done` is
+    /// called from the flusher thread once they are fdatasynced (or with the
+    /// error). Never blocks on disk. If the WAL is already closed or
+    /// poisoned, `done` is called immediately on the calling thread.
+    pub fn submit(&self, records: Vec<Record>, done: WalCallback) {
+        let shared = &self.inner.shared;
+        let mut q = shared.lock();
+        let refused = if q.closed {
+            Some(WalError::Closed)
+        } else {
+            q.poisoned.clone().map(WalError::Poisoned)
+        };
+        match refused {
+            None => {
+                q.pending.push(Pending { records, done });
+                drop(q);
+                shared.cv.notify_one();
+            }
+            Some(e) => {
+                drop(q);
+                done(Err(e));
+            }
+        }
+    }
+
+    /// Submits and blocks until the records are durable.
+    pub fn write_sync(&self, records: Vec<Record>) -> Result<(), WalError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.submit(
+            records,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().unwrap_or(Err(WalError::Closed))
+    }
+
+    /// Async variant of [`write_sync`](Self::write_sync) for tokio callers.
+    pub async fn write(&self, records: Vec<Record>) -> Result<(), WalError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(
+            records,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.await.unwrap_or(Err(WalError::Closed))
+    }
+
+    pub fn stats(&self) -> WalStats {
+        self.inner.shared.stats.snapshot()
+    }
+
+    /// Stops accepting writes, flushes what is queued and joins the flusher.
+    /// Later submits fail with `Closed`. Dropping the last handle does the same.
+    pub fn close(&self) {
+        self.inner.shutdown();
+    }
+}

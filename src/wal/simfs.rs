@@ -1,0 +1,398 @@
+//! An in-memory [`WalFs`] that models what survives a power loss.
+//!
+//! Model (deliberately harsher than most real file systems):
+//! - every file has *live* bytes (what reads see) and *durable* bytes (what
+//!   survives a crash); `sync_data` copies live to durable;
+//! - directory entries (create, remove, rename) are live immediately but
+//!   durable only after `sync_dir` of their parent; at a crash every entry
+//!   whose live and durable states differ independently takes one of the two;
+//! - at a crash, the unsynced part of each file is decided per 4 KiB page:
+//!   the page keeps its new content, keeps its old content (zeros past the
+//!   old end), or becomes zeros/garbage past the old end; if the file had
+//!   grown, it is cut at a random point between the durable and live length.
+//!   Bytes that were durable are never damaged.
+//!
+//! Directories themselves are durable as soon as they are created.
+//!
+//! Failpoints: [`SimFs::fail_after`] makes the n-th mutating operation (write,
+//! set_len, sync, create, remove, rename, sync_dir) and every one after it fail,
+//! i.e. the machine stops doing I/O at that point; [`SimFs::fail_once_after`]
+//! fails only that one operation. [`SimFs::crash`] clears failpoints and
+//! invalidates every handle opened before it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rand::Rng;
+
+use super::fs::{WalFile, WalFs};
+
+const PAGE: usize = 4096;
+
+#[derive(Default)]
+struct Inode {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    /// live[..dirty_from] == durable[..dirty_from]; lets sync copy only the
+    /// new suffix instead of the whole file (keeps the crash tests fast).
+    dirty_from: usize,
+}
+
+#[derive(Clone, Copy)]
+struct FailPoint {
+    remaining: u64,
+    sticky: bool,
+    tripped: bool,
+}
+
+#[derive(Default)]
+struct State {
+    inodes: HashMap<u64, Inode>,
+    next_ino: u64,
+    live_names: BTreeMap<PathBuf, u64>,
+    durable_names: BTreeMap<PathBuf, u64>,
+    dirs: BTreeSet<PathBuf>,
+    generation: u64,
+    fail: Option<FailPoint>,
+    mutating_ops: u64,
+    sync_delay: Option<Duration>,
+}
+
+impl State {
+    /// Counts a mutating op and decides whether the failpoint fires for it.
+    fn tick(&mut self, what: &str) -> io::Result<()> {
+        self.mutating_ops += 1;
+        if let Some(fp) = &mut self.fail {
+            if fp.tripped && fp.sticky {
+                return Err(injected(what));
+            }
+            if !fp.tripped {
+                if fp.remaining == 0 {
+                    fp.tripped = true;
+                    if !fp.sticky {
+                        self.fail = None;
+                    }
+                    return Err(injected(what));
+                }
+                fp.remaining -= 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn injected(what: &str) -> io::Error {
+    io::Error::other(format!("simfs: injected failure in {what}"))
+}
+
+/// Simulated file system; clones share state.
+#[derive(Clone, Default)]
+pub struct SimFs {
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for SimFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimFs").finish_non_exhaustive()
+    }
+}
+
+impl SimFs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next `n` mutating ops succeed; the one after and all later ones fail.
+    pub fn fail_after(&self, n: u64) {
+        self.lock().fail = Some(FailPoint {
+            remaining: n,
+            sticky: true,
+            tripped: false,
+        });
+    }
+
+    /// Like [`fail_after`](Self::fail_after) but only one op fails.
+    pub fn fail_once_after(&self, n: u64) {
+        self.lock().fail = Some(FailPoint {
+            remaining: n,
+            sticky: false,
+            tripped: false,
+        });
+    }
+
+    pub fn clear_failpoint(&self) {
+        self.lock().fail = None;
+    }
+
+    /// Whether a failpoint has fired (and is still in force).
+    pub fn failpoint_tripped(&self) -> bool {
+        self.lock().fail.is_some_and(|f| f.tripped)
+    }
+
+    /// Mutating ops performed so far (what `fail_after` counts).
+    pub fn mutating_ops(&self) -> u64 {
+        self.lock().mutating_ops
+    }
+
+    /// Makes every `sync_data` sleep, to emulate a slow disk.
+    pub fn set_sync_delay(&self, d: Option<Duration>) {
+        self.lock().sync_delay = d;
+    }
+
+    /// Live content of a file, if it exists.
+    pub fn file_contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let st = self.lock();
+        let ino = st.live_names.get(path)?;
+        Some(st.inodes[ino].live.clone())
+    }
+
+    /// Overwrites a file's content, live and durable (for corruption tests).
+    pub fn set_file_contents(&self, path: &Path, data: Vec<u8>) {
+        let mut st = self.lock();
+        let ino = st.live_names[path];
+        let node = st.inodes.get_mut(&ino).unwrap();
+        node.dirty_from = data.len();
+        node.live = data.clone();
+        node.durable = data;
+    }
+
+    /// Simulates power loss. Handles opened before the crash stop working.
+    pub fn crash<R: Rng + ?Sized>(&self, rng: &mut R) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let paths: BTreeSet<PathBuf> = st
+            .live_names
+            .keys()
+            .chain(st.durable_names.keys())
+            .cloned()
+            .collect();
+        let mut names = BTreeMap::new();
+        for p in paths {
+            let live = st.live_names.get(&p).copied();
+            let durable = st.durable_names.get(&p).copied();
+            let pick = if live == durable || rng.gen_bool(0.5) {
+                durable
+            } else {
+                live
+            };
+            if let Some(ino) = pick {
+                names.insert(p, ino);
+            }
+        }
+        let keep: BTreeSet<u64> = names.values().copied().collect();
+        st.inodes.retain(|ino, _| keep.contains(ino));
+        for node in st.inodes.values_mut() {
+            let bytes = crash_content(&node.live, &node.durable, rng);
+            node.dirty_from = bytes.len();
+            node.live = bytes.clone();
+            node.durable = bytes;
+        }
+        st.live_names = names.clone();
+        st.durable_names = names;
+        st.generation += 1;
+        st.fail = None;
+    }
+}
+
+fn crash_content<R: Rng + ?Sized>(live: &[u8], durable: &[u8], rng: &mut R) -> Vec<u8> {
+    let dlen = durable.len();
+    let new_len = if live.len() > dlen {
+        rng.gen_range(dlen..=live.len())
+    } else if rng.gen_bool(0.5) {
+        live.len()
+    } else {
+        dlen
+    };
+    let mut out = durable.to_vec();
+    out.resize(new_len, 0);
+    let mut page = 0;
+    while page < new_len {
+        let end = (page + PAGE).min(new_len);
+        let live_end = end.min(live.len());
+        let changed = live.get(page..live_end) != durable.get(page..live_end.min(dlen))
+            || (end > dlen && live_end > page);
+        if changed {
+            match rng.gen_range(0..10) {
+                // The new content made it.
+                0..=5 => {
+                    if live_end > page {
+                        out[page..live_end].copy_from_slice(&live[page..live_end]);
+                    }
+                }
+                // The old content (zeros past the old end) stayed.
+                6..=7 => {}
+                // Zeros or garbage, but only where nothing was durable.
+                8 => out[page.max(dlen).min(end)..end].fill(0),
+                _ => rng.fill(&mut out[page.max(dlen).min(end)..end]),
+            }
+        }
+        page = end;
+    }
+    out
+}
+
+struct SimFile {
+    state: Arc<Mutex<State>>,
+    ino: u64,
+    generation: u64,
+    len: u64,
+}
+
+impl SimFile {
+    fn with<T>(&self, what: &str, f: impl FnOnce(&mut State) -> T) -> io::Result<T> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.generation != self.generation {
+            return Err(io::Error::other("simfs: handle from before a crash"));
+        }
+        st.tick(what)?;
+        Ok(f(&mut st))
+    }
+}
+
+impl WalFile for SimFile {
+    fn size(&self) -> u64 {
+        self.len
+    }
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        let ino = self.ino;
+        let len = self.with("write", |st| {
+            let node = st.inodes.get_mut(&ino).unwrap();
+            node.dirty_from = node.dirty_from.min(offset as usize);
+            let live = &mut node.live;
+            let end = offset as usize + buf.len();
+            if live.len() < end {
+                live.resize(end, 0);
+            }
+            live[offset as usize..end].copy_from_slice(buf);
+            live.len() as u64
+        })?;
+        self.len = len;
+        Ok(())
+    }
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_at(self.len, buf)
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        let ino = self.ino;
+        self.with("set_len", |st| {
+            st.inodes
+                .get_mut(&ino)
+                .unwrap()
+                .live
+                .resize(len as usize, 0)
+        })?;
+        self.len = len;
+        Ok(())
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        let ino = self.ino;
+        let delay = self.with("sync_data", |st| {
+            let node = st.inodes.get_mut(&ino).unwrap();
+            let same = node.dirty_from.min(node.durable.len()).min(node.live.len());
+            node.durable.truncate(same);
+            node.durable.extend_from_slice(&node.live[same..]);
+            node.dirty_from = node.live.len();
+            st.sync_delay
+        })?;
+        if let Some(d) = delay {
+            std::thread::sleep(d);
+        }
+        Ok(())
+    }
+}
+
+fn not_found(p: &Path) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("{}", p.display()))
+}
+
+impl WalFs for SimFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        for a in dir.ancestors() {
+            st.dirs.insert(a.to_path_buf());
+        }
+        Ok(())
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let st = self.lock();
+        if !st.dirs.contains(dir) {
+            return Err(not_found(dir));
+        }
+        Ok(st
+            .live_names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+            .collect())
+    }
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let st = self.lock();
+        let ino = st.live_names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(st.inodes[ino].live.clone())
+    }
+    fn create_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
+        let mut st = self.lock();
+        st.tick("create")?;
+        if st.live_names.contains_key(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{}", path.display()),
+            ));
+        }
+        if !path.parent().is_some_and(|d| st.dirs.contains(d)) {
+            return Err(not_found(path));
+        }
+        let ino = st.next_ino;
+        st.next_ino += 1;
+        st.inodes.insert(ino, Inode::default());
+        st.live_names.insert(path.to_path_buf(), ino);
+        Ok(Box::new(SimFile {
+            state: self.state.clone(),
+            ino,
+            generation: st.generation,
+            len: 0,
+        }))
+    }
+    fn open_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
+        let st = self.lock();
+        let ino = *st.live_names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(Box::new(SimFile {
+            state: self.state.clone(),
+            ino,
+            generation: st.generation,
+            len: st.inodes[&ino].live.len() as u64,
+        }))
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        st.tick("remove")?;
+        st.live_names.remove(path).ok_or_else(|| not_found(path))?;
+        Ok(())
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        st.tick("rename")?;
+        let ino = st.live_names.remove(from).ok_or_else(|| not_found(from))?;
+        st.live_names.insert(to.to_path_buf(), ino);
+        Ok(())
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        st.tick("sync_dir")?;
+        let st = &mut *st;
+        st.durable_names.retain(|p, _| p.parent() != Some(dir));
+        for (p, ino) in &st.live_names {
+            if p.parent() == Some(dir) {
+                st.durable_names.insert(p.clone(), *ino);
+            }
+        }
+        Ok(())
+    }
+}
