@@ -11,7 +11,11 @@ use clap::Parser;
 
 /// Flags as given on the command line / environment (before validation).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "kvd", version, about = "An etcd-compatible, Raft-replicated key-value store")]
+#[command(
+    name = "kvd",
+    version,
+    about = "An etcd-compatible, Raft-replicated key-value store"
+)]
 pub struct Flags {
     /// Human-readable name for this member.
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
@@ -20,16 +24,32 @@ pub struct Flags {
     #[arg(long, env = "ETCD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// List of URLs to listen on for client traffic.
-    #[arg(long, env = "ETCD_LISTEN_CLIENT_URLS", default_value = "http://127.0.0.1:2379")]
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_CLIENT_URLS",
+        default_value = "http://127.0.0.1:2379"
+    )]
     pub listen_client_urls: String,
     /// List of this member's client URLs to advertise to the rest of the cluster.
-    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", default_value = "http://127.0.0.1:2379")]
+    #[arg(
+        long,
+        env = "ETCD_ADVERTISE_CLIENT_URLS",
+        default_value = "http://127.0.0.1:2379"
+    )]
     pub advertise_client_urls: String,
     /// List of URLs to listen on for peer traffic.
-    #[arg(long, env = "ETCD_LISTEN_PEER_URLS", default_value = "http://127.0.0.1:2380")]
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_PEER_URLS",
+        default_value = "http://127.0.0.1:2380"
+    )]
     pub listen_peer_urls: String,
     /// List of this member's peer URLs to advertise to the rest of the cluster.
-    #[arg(long, env = "ETCD_INITIAL_ADVERTISE_PEER_URLS", default_value = "http://127.0.0.1:2380")]
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+        default_value = "http://127.0.0.1:2380"
+    )]
     pub initial_advertise_peer_urls: String,
     /// Initial cluster configuration for bootstrapping: name=peerURL,...
     #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
@@ -38,7 +58,11 @@ pub struct Flags {
     #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
     pub initial_cluster_state: String,
     /// Initial cluster token for the cluster during bootstrap.
-    #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_CLUSTER_TOKEN",
+        default_value = "etcd-cluster"
+    )]
     pub initial_cluster_token: String,
     /// Time (in milliseconds) of a heartbeat interval.
     #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
@@ -98,7 +122,11 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
 }
 
 fn split_urls(flag: &str, s: &str) -> Result<Vec<String>, ConfigError> {
-    let v: Vec<String> = s.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
+    let v: Vec<String> = s
+        .split(',')
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
     if v.is_empty() {
         return err(format!("--{flag} must not be empty"));
     }
@@ -110,13 +138,20 @@ fn split_urls(flag: &str, s: &str) -> Result<Vec<String>, ConfigError> {
 
 /// host:port of an http URL (etcd accepts `http://host:port`; TLS is not supported).
 fn url_addr(flag: &str, u: &str) -> Result<String, ConfigError> {
-    let parsed = url::Url::parse(u).map_err(|e| ConfigError(format!("--{flag}: invalid URL {u:?}: {e}")))?;
+    let parsed =
+        url::Url::parse(u).map_err(|e| ConfigError(format!("--{flag}: invalid URL {u:?}: {e}")))?;
     match parsed.scheme() {
         "http" => {}
         "https" | "unixs" => return err(format!("--{flag}: {u:?}: TLS is not supported")),
-        s => return err(format!("--{flag}: URL scheme must be http, got {s:?} in {u:?}")),
+        s => {
+            return err(format!(
+                "--{flag}: URL scheme must be http, got {s:?} in {u:?}"
+            ))
+        }
     }
-    let host = parsed.host_str().ok_or_else(|| ConfigError(format!("--{flag}: {u:?} has no host")))?;
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| ConfigError(format!("--{flag}: {u:?} has no host")))?;
     let port = parsed
         .port()
         .ok_or_else(|| ConfigError(format!("--{flag}: {u:?} has no port")))?;
@@ -137,7 +172,10 @@ impl Flags {
         if self.name.is_empty() {
             return err("--name must not be empty");
         }
-        let data_dir = self.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!("{}.kvd", self.name)));
+        let data_dir = self
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.kvd", self.name)));
         let listen_client = split_urls("listen-client-urls", &self.listen_client_urls)?
             .iter()
             .map(|u| resolve("listen-client-urls", u))
@@ -146,24 +184,38 @@ impl Flags {
             .iter()
             .map(|u| resolve("listen-peer-urls", u))
             .collect::<Result<_, _>>()?;
-        let advertise_client_urls = split_urls("advertise-client-urls", &self.advertise_client_urls)?;
-        let advertise_peer_urls = split_urls("initial-advertise-peer-urls", &self.initial_advertise_peer_urls)?;
+        let advertise_client_urls =
+            split_urls("advertise-client-urls", &self.advertise_client_urls)?;
+        let advertise_peer_urls = split_urls(
+            "initial-advertise-peer-urls",
+            &self.initial_advertise_peer_urls,
+        )?;
         let initial_cluster_state = match self.initial_cluster_state.as_str() {
             "new" => ClusterState::New,
             "existing" => ClusterState::Existing,
-            s => return err(format!("--initial-cluster-state must be 'new' or 'existing', got {s:?}")),
+            s => {
+                return err(format!(
+                    "--initial-cluster-state must be 'new' or 'existing', got {s:?}"
+                ))
+            }
         };
-        let ic = self
-            .initial_cluster
-            .clone()
-            .unwrap_or_else(|| format!("{}={}", self.name, advertise_peer_urls.join(&format!(",{}=", self.name))));
+        let ic = self.initial_cluster.clone().unwrap_or_else(|| {
+            format!(
+                "{}={}",
+                self.name,
+                advertise_peer_urls.join(&format!(",{}=", self.name))
+            )
+        });
         let mut initial_cluster: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for part in ic.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (n, u) = part
-                .split_once('=')
-                .ok_or_else(|| ConfigError(format!("--initial-cluster: {part:?} is not name=peerURL")))?;
+            let (n, u) = part.split_once('=').ok_or_else(|| {
+                ConfigError(format!("--initial-cluster: {part:?} is not name=peerURL"))
+            })?;
             url_addr("initial-cluster", u)?;
-            initial_cluster.entry(n.to_string()).or_default().push(u.to_string());
+            initial_cluster
+                .entry(n.to_string())
+                .or_default()
+                .push(u.to_string());
         }
         let Some(mine) = initial_cluster.get(&self.name) else {
             return err(format!(
@@ -253,7 +305,10 @@ mod tests {
     fn flags(args: &[&str]) -> Result<Config, String> {
         let mut v = vec!["kvd"];
         v.extend_from_slice(args);
-        Flags::try_parse_from(v).map_err(|e| e.to_string())?.validate().map_err(|e| e.0)
+        Flags::try_parse_from(v)
+            .map_err(|e| e.to_string())?
+            .validate()
+            .map_err(|e| e.0)
     }
 
     #[test]
@@ -273,9 +328,13 @@ mod tests {
 
     #[test]
     fn bad_cluster_state_and_urls_are_refused() {
-        assert!(flags(&["--initial-cluster-state", "old"]).unwrap_err().contains("'new' or 'existing'"));
+        assert!(flags(&["--initial-cluster-state", "old"])
+            .unwrap_err()
+            .contains("'new' or 'existing'"));
         assert!(flags(&["--listen-client-urls", "127.0.0.1:2379"]).is_err());
-        assert!(flags(&["--election-timeout", "100"]).unwrap_err().contains("5 times"));
+        assert!(flags(&["--election-timeout", "100"])
+            .unwrap_err()
+            .contains("5 times"));
         assert!(flags(&["--no-such-flag"]).is_err());
     }
 
@@ -284,7 +343,10 @@ mod tests {
         let a = compute_member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster", None);
         let b = compute_member_id(&["http://127.0.0.1:2381".into()], "etcd-cluster", None);
         assert_ne!(a, b);
-        assert_eq!(a, compute_member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster", None));
+        assert_eq!(
+            a,
+            compute_member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster", None)
+        );
         assert_eq!(compute_cluster_id(&[a, b]), compute_cluster_id(&[b, a]));
     }
 }

@@ -41,7 +41,15 @@ async fn write_through_follower_read_through_another_member() {
     let mut ids = std::collections::BTreeSet::new();
     let mut cluster_ids = std::collections::BTreeSet::new();
     for i in 0..3 {
-        let h = c.maintenance(i).await.status(StatusRequest {}).await.unwrap().into_inner().header.unwrap();
+        let h = c
+            .maintenance(i)
+            .await
+            .status(StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .header
+            .unwrap();
         ids.insert(h.member_id);
         cluster_ids.insert(h.cluster_id);
         assert!(h.raft_term >= 1);
@@ -72,8 +80,17 @@ async fn leader_kill_new_leader_takes_writes_and_restarted_member_catches_up() {
     let mut r = c.kv(leader).await;
     // Linearizable reads on the restarted member see writes from before and after its death.
     for i in 0..20 {
-        assert_eq!(get(&mut r, &format!("before/{i}")).await.unwrap().as_deref(), Some("v"));
-        assert_eq!(get(&mut r, &format!("after/{i}")).await.unwrap().as_deref(), Some("v"));
+        assert_eq!(
+            get(&mut r, &format!("before/{i}"))
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("v")
+        );
+        assert_eq!(
+            get(&mut r, &format!("after/{i}")).await.unwrap().as_deref(),
+            Some("v")
+        );
     }
 }
 
@@ -90,15 +107,31 @@ async fn members_configured_by_etcd_environment_variables() {
 async fn graceful_stop_of_leader_hands_leadership_over() {
     let mut c = Cluster::start(3).await;
     let leader = c.wait_for_leader(Duration::from_secs(10)).await;
-    let old_id = c.maintenance(leader).await.status(StatusRequest {}).await.unwrap().into_inner().leader;
+    let old_id = c
+        .maintenance(leader)
+        .await
+        .status(StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .leader;
     let t0 = std::time::Instant::now();
     let st = c.stop(leader);
     assert!(st.success(), "graceful stop exits 0: {st:?}");
     // Leadership moved before the leader exited: a survivor names a new leader right away,
     // without waiting for an election timeout.
     let survivor = other(&[leader]);
-    let st = c.maintenance(survivor).await.status(StatusRequest {}).await.unwrap().into_inner();
-    assert_ne!(st.leader, 0, "survivor has a leader immediately after the old leader stopped");
+    let st = c
+        .maintenance(survivor)
+        .await
+        .status(StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(
+        st.leader, 0,
+        "survivor has a leader immediately after the old leader stopped"
+    );
     assert_ne!(st.leader, old_id);
     assert!(t0.elapsed() < Duration::from_secs(10));
     let log = c.log_of(leader);
@@ -110,7 +143,9 @@ async fn restart_of_whole_cluster_keeps_data() {
     let mut c = Cluster::start(3).await;
     let mut kv = c.kv(0).await;
     for i in 0..50 {
-        put(&mut kv, &format!("k{i}"), &format!("v{i}")).await.unwrap();
+        put(&mut kv, &format!("k{i}"), &format!("v{i}"))
+            .await
+            .unwrap();
     }
     for i in 0..3 {
         c.kill(i);
@@ -121,7 +156,10 @@ async fn restart_of_whole_cluster_keeps_data() {
     c.wait_for_leader(Duration::from_secs(20)).await;
     let mut kv = c.kv(1).await;
     for i in 0..50 {
-        assert_eq!(get(&mut kv, &format!("k{i}")).await.unwrap(), Some(format!("v{i}")));
+        assert_eq!(
+            get(&mut kv, &format!("k{i}")).await.unwrap(),
+            Some(format!("v{i}"))
+        );
     }
 }
 
@@ -139,7 +177,11 @@ async fn require_leader_requests_fail_fast_without_quorum() {
     let mut kv = c.kv(survivor).await;
     let t0 = std::time::Instant::now();
     let e = put(&mut kv, "x", "y").await.unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(12), "took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(12),
+        "took {:?}",
+        t0.elapsed()
+    );
     assert!(
         e.message() == "etcdserver: request timed out" || e.message() == "etcdserver: no leader",
         "{e:?}"
@@ -150,7 +192,8 @@ async fn require_leader_requests_fail_fast_without_quorum() {
         key: "x".into(),
         ..Default::default()
     });
-    req.metadata_mut().insert("hasleader", "true".parse().unwrap());
+    req.metadata_mut()
+        .insert("hasleader", "true".parse().unwrap());
     let t0 = std::time::Instant::now();
     let e = kv.range(req).await.unwrap_err();
     assert_eq!(e.message(), "etcdserver: no leader");

@@ -10,12 +10,20 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KVD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{},openraft=warn,sled=warn,h2=warn,tower=warn,hyper=warn", cfg.log_level)));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KVD_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "{},openraft=warn,sled=warn,h2=warn,tower=warn,hyper=warn",
+            cfg.log_level
+        ))
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let res = rt.block_on(kvd::server::run(cfg, async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal");
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

@@ -20,8 +20,8 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
-use super::types::{Entry, LogId, TypeConfig, Vote};
 use super::error::StoreError;
+use super::types::{Entry, LogId, TypeConfig, Vote};
 use crate::wal::{Record, Wal, WalOptions};
 
 #[derive(Default)]
@@ -47,7 +47,10 @@ pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
     bincode::serialize(v).expect("in-memory serialization cannot fail")
 }
 
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(what: &str, b: &[u8]) -> Result<T, StoreError> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    what: &str,
+    b: &[u8],
+) -> Result<T, StoreError> {
     bincode::deserialize(b).map_err(|e| StoreError::Decode {
         what: what.to_string(),
         reason: e.to_string(),
@@ -120,7 +123,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
         Ok(self.state.lock().unwrap().vote)
     }
 
-    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, io::Error> {
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, io::Error> {
         // Bound one replication message so batches stay well under the peer message limit.
         const MAX_BYTES: usize = 8 << 20;
         let st = self.state.lock().unwrap();
@@ -144,7 +151,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let st = self.state.lock().unwrap();
-        let last = st.entries.values().next_back().map(|e| e.log_id()).or(st.purged);
+        let last = st
+            .entries
+            .values()
+            .next_back()
+            .map(|e| e.log_id())
+            .or(st.purged);
         Ok(LogState {
             last_purged_log_id: st.purged,
             last_log_id: last,
@@ -156,7 +168,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        self.wal.write(vec![Record::Vote(encode(vote))]).await.map_err(io_err)?;
+        self.wal
+            .write(vec![Record::Vote(encode(vote))])
+            .await
+            .map_err(io_err)?;
         self.state.lock().unwrap().vote = Some(*vote);
         Ok(())
     }
@@ -165,7 +180,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Not awaited: the record is ordered after the entries it covers, and a recovered
         // committed id only needs to be no newer than the truth, which ordering guarantees.
         self.state.lock().unwrap().committed = committed;
-        self.wal.submit(vec![Record::Committed(encode(&committed))], Box::new(|_| {}));
+        self.wal.submit(
+            vec![Record::Committed(encode(&committed))],
+            Box::new(|_| {}),
+        );
         Ok(())
     }
 
@@ -173,7 +191,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.state.lock().unwrap().committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,

@@ -57,7 +57,9 @@ impl Channels {
     /// A peer client for `member` (its first peer URL).
     pub fn peer(&self, member: &Member) -> Result<PeerClient<Channel>, String> {
         let url = member.peer_urls.first().ok_or("member has no peer URL")?;
-        let ch = self.get(url).map_err(|e| format!("bad peer URL {url}: {e}"))?;
+        let ch = self
+            .get(url)
+            .map_err(|e| format!("bad peer URL {url}: {e}"))?;
         Ok(PeerClient::new(ch)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE))
@@ -98,7 +100,11 @@ fn status_err(s: tonic::Status) -> RPCError<TypeConfig> {
         tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
             unreachable(s.message())
         }
-        _ => RPCError::Network(NetworkError::new(&Msg(format!("{}: {}", s.code(), s.message())))),
+        _ => RPCError::Network(NetworkError::new(&Msg(format!(
+            "{}: {}",
+            s.code(),
+            s.message()
+        )))),
     }
 }
 
@@ -116,7 +122,11 @@ impl PeerConnection {
         self.client.clone().map_err(unreachable)
     }
 
-    async fn unary<F, Fut>(&self, option: &RPCOption, call: F) -> Result<RaftBlob, RPCError<TypeConfig>>
+    async fn unary<F, Fut>(
+        &self,
+        option: &RPCOption,
+        call: F,
+    ) -> Result<RaftBlob, RPCError<TypeConfig>>
     where
         F: FnOnce(PeerClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<RaftBlob>, tonic::Status>>,
@@ -139,14 +149,23 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let b = blob(&rpc);
-        unblob(self.unary(&option, |mut c| async move { c.append(b).await }).await?)
+        unblob(
+            self.unary(&option, |mut c| async move { c.append(b).await })
+                .await?,
+        )
     }
 
     fn stream_append<'s, S>(
         &'s mut self,
         input: S,
         _option: RPCOption,
-    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>, RPCError<TypeConfig>>>
+    ) -> BoxFuture<
+        's,
+        Result<
+            BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>,
+            RPCError<TypeConfig>,
+        >,
+    >
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
@@ -170,7 +189,10 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let b = blob(&rpc);
-        unblob(self.unary(&option, |mut c| async move { c.vote(b).await }).await?)
+        unblob(
+            self.unary(&option, |mut c| async move { c.vote(b).await })
+                .await?,
+        )
     }
 
     async fn pre_vote(
@@ -179,7 +201,10 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let b = blob(&rpc);
-        unblob(self.unary(&option, |mut c| async move { c.pre_vote(b).await }).await?)
+        unblob(
+            self.unary(&option, |mut c| async move { c.pre_vote(b).await })
+                .await?,
+        )
     }
 
     async fn full_snapshot(
@@ -189,7 +214,10 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let mut client = self.client.clone().map_err(|e| StreamingError::Unreachable(Unreachable::new(&Msg(e))))?;
+        let mut client = self
+            .client
+            .clone()
+            .map_err(|e| StreamingError::Unreachable(Unreachable::new(&Msg(e))))?;
         let header = encode(&(vote, snapshot.meta.clone()));
         let data = snapshot.snapshot;
         let mut chunks = vec![SnapshotChunk {
@@ -205,7 +233,9 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             r = send => r,
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
-        let resp = resp.map_err(|s| StreamingError::Unreachable(Unreachable::new(&Msg(s.message().to_string()))))?;
+        let resp = resp.map_err(|s| {
+            StreamingError::Unreachable(Unreachable::new(&Msg(s.message().to_string())))
+        })?;
         bincode::deserialize(&resp.into_inner().data)
             .map_err(|e| StreamingError::Unreachable(Unreachable::new(&Msg(e.to_string()))))
     }
@@ -216,7 +246,10 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
         let b = blob(&req);
-        unblob(self.unary(&option, |mut c| async move { c.transfer_leader(b).await }).await?)
+        unblob(
+            self.unary(&option, |mut c| async move { c.transfer_leader(b).await })
+                .await?,
+        )
     }
 }
 

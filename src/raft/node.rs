@@ -76,7 +76,8 @@ impl RaftNode {
             None => false,
             Some(l) if l == self.id => {
                 m.membership_config.membership().voter_ids().count() == 1
-                    || m.last_quorum_acked.is_some_and(|t| openraft::Instant::elapsed(&t.into_inner()) <= limit)
+                    || m.last_quorum_acked
+                        .is_some_and(|t| openraft::Instant::elapsed(&t.into_inner()) <= limit)
             }
             Some(_) => self.leader_contact.lock().unwrap().elapsed() <= limit,
         }
@@ -136,7 +137,11 @@ impl RaftNode {
         }
     }
 
-    async fn write_local(&self, cmd: Command, left: Duration) -> Result<(InternalResponse, u64), Retry> {
+    async fn write_local(
+        &self,
+        cmd: Command,
+        left: Duration,
+    ) -> Result<(InternalResponse, u64), Retry> {
         let r = tokio::time::timeout(left, self.raft.client_write(cmd))
             .await
             .map_err(|_| Retry::Fail(ProposeError::Timeout))?;
@@ -157,7 +162,10 @@ impl RaftNode {
         req: &InternalRequest,
         left: Duration,
     ) -> Result<(InternalResponse, u64), Retry> {
-        let mut client = self.channels.peer(leader).map_err(|e| Retry::Fail(ProposeError::Internal(e)))?;
+        let mut client = self
+            .channels
+            .peer(leader)
+            .map_err(|e| Retry::Fail(ProposeError::Internal(e)))?;
         let call = client.forward(ForwardRequest {
             request: Some(req.clone()),
         });
@@ -165,11 +173,18 @@ impl RaftNode {
             Err(_) => Err(Retry::Fail(ProposeError::Timeout)),
             Ok(Ok(r)) => {
                 let r = r.into_inner();
-                let resp = r.response.ok_or(Retry::Fail(ProposeError::Internal("empty forward reply".into())))?;
+                let resp = r.response.ok_or(Retry::Fail(ProposeError::Internal(
+                    "empty forward reply".into(),
+                )))?;
                 Ok((resp, r.log_index))
             }
             // The leader we knew stepped down or is unreachable: retry with the next one.
-            Ok(Err(s)) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::FailedPrecondition) => {
+            Ok(Err(s))
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unavailable | tonic::Code::FailedPrecondition
+                ) =>
+            {
                 Err(Retry::Again)
             }
             Ok(Err(s)) => Err(Retry::Fail(ProposeError::Internal(s.message().to_string()))),
@@ -177,7 +192,10 @@ impl RaftNode {
     }
 
     /// Leader side of a forwarded write.
-    pub async fn apply_forwarded(&self, req: InternalRequest) -> Result<(InternalResponse, u64), tonic::Status> {
+    pub async fn apply_forwarded(
+        &self,
+        req: InternalRequest,
+    ) -> Result<(InternalResponse, u64), tonic::Status> {
         let cmd = Command(Bytes::from(req.encode_to_vec()));
         match self.write_local(cmd, REQUEST_TIMEOUT).await {
             Ok(r) => Ok(r),
@@ -190,7 +208,9 @@ impl RaftNode {
     pub async fn local_read_index(&self) -> Result<u64, tonic::Status> {
         match self.raft.get_read_log_id(ReadPolicy::ReadIndex).await {
             Ok((read, _)) => Ok(read.index()),
-            Err(e) if e.forward_to_leader().is_some() => Err(tonic::Status::failed_precondition("not leader")),
+            Err(e) if e.forward_to_leader().is_some() => {
+                Err(tonic::Status::failed_precondition("not leader"))
+            }
             Err(e) => Err(tonic::Status::unavailable(e.to_string())),
         }
     }
@@ -204,7 +224,10 @@ impl RaftNode {
             let index = if leader == self.id {
                 tokio::time::timeout(left, self.local_read_index()).await
             } else {
-                let mut client = self.channels.peer(&member).map_err(ProposeError::Internal)?;
+                let mut client = self
+                    .channels
+                    .peer(&member)
+                    .map_err(ProposeError::Internal)?;
                 tokio::time::timeout(left, async move {
                     client
                         .read_index(ReadIndexRequest {})

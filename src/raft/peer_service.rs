@@ -60,10 +60,14 @@ impl Peer for PeerService {
                 node.touch_leader();
                 async move { r.ok().and_then(|b| bincode::deserialize(&b.data).ok()) }
             });
-        let out = self.node.raft.stream_append(Box::pin(input)).map(|r| match r {
-            Ok(res) => Ok(RaftBlob { data: encode(&res) }),
-            Err(e) => Err(fatal(e)),
-        });
+        let out = self
+            .node
+            .raft
+            .stream_append(Box::pin(input))
+            .map(|r| match r {
+                Ok(res) => Ok(RaftBlob { data: encode(&res) }),
+                Err(e) => Err(fatal(e)),
+            });
         Ok(Response::new(Box::pin(out)))
     }
 
@@ -81,11 +85,19 @@ impl Peer for PeerService {
 
     async fn transfer_leader(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
         let rpc = unblob(&req.into_inner().data)?;
-        let r = self.node.raft.handle_transfer_leader(rpc).await.map_err(fatal)?;
+        let r = self
+            .node
+            .raft
+            .handle_transfer_leader(rpc)
+            .await
+            .map_err(fatal)?;
         Ok(blob(&r))
     }
 
-    async fn install_snapshot(&self, req: Request<Streaming<SnapshotChunk>>) -> Result<Response<RaftBlob>, Status> {
+    async fn install_snapshot(
+        &self,
+        req: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<RaftBlob>, Status> {
         let mut stream = req.into_inner();
         let first = stream
             .next()
@@ -96,12 +108,23 @@ impl Peer for PeerService {
         while let Some(chunk) = stream.next().await {
             data.extend_from_slice(&chunk?.data);
         }
-        let snapshot = Snapshot { meta, snapshot: data };
-        let r = self.node.raft.install_full_snapshot(vote, snapshot).await.map_err(fatal)?;
+        let snapshot = Snapshot {
+            meta,
+            snapshot: data,
+        };
+        let r = self
+            .node
+            .raft
+            .install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(fatal)?;
         Ok(blob(&r))
     }
 
-    async fn forward(&self, req: Request<ForwardRequest>) -> Result<Response<ForwardResponse>, Status> {
+    async fn forward(
+        &self,
+        req: Request<ForwardRequest>,
+    ) -> Result<Response<ForwardResponse>, Status> {
         let inner = req
             .into_inner()
             .request
@@ -113,7 +136,10 @@ impl Peer for PeerService {
         }))
     }
 
-    async fn read_index(&self, _req: Request<ReadIndexRequest>) -> Result<Response<ReadIndexResponse>, Status> {
+    async fn read_index(
+        &self,
+        _req: Request<ReadIndexRequest>,
+    ) -> Result<Response<ReadIndexResponse>, Status> {
         let read_index = self.node.local_read_index().await?;
         Ok(Response::new(ReadIndexResponse {
             read_index,
@@ -121,7 +147,10 @@ impl Peer for PeerService {
         }))
     }
 
-    async fn member_info(&self, req: Request<MemberInfoRequest>) -> Result<Response<MemberInfoResponse>, Status> {
+    async fn member_info(
+        &self,
+        req: Request<MemberInfoRequest>,
+    ) -> Result<Response<MemberInfoResponse>, Status> {
         let urls = req.into_inner().peer_urls;
         let m = self.node.raft.metrics();
         let m = m.borrow_watched();

@@ -74,7 +74,10 @@ pub fn read(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), StoreError> {
     }
     let version = u32::from_le_bytes(body[8..12].try_into().unwrap());
     if version != VERSION {
-        return Err(bad(path, format!("unsupported snapshot format version {version}")));
+        return Err(bad(
+            path,
+            format!("unsupported snapshot format version {version}"),
+        ));
     }
     let meta_len = u32::from_le_bytes(body[12..16].try_into().unwrap()) as usize;
     let meta_end = 16 + meta_len;

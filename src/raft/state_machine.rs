@@ -154,7 +154,10 @@ impl StateMachine {
             &[],
             &[
                 (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
-                (META_MEMBERSHIP.to_vec(), Some(encode(&meta.last_membership))),
+                (
+                    META_MEMBERSHIP.to_vec(),
+                    Some(encode(&meta.last_membership)),
+                ),
                 (META_INSTALLING.to_vec(), None),
             ],
         )?;
@@ -179,7 +182,9 @@ fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
 
 fn to_internal_response(r: WriteResponse) -> (internal_response::Response, i64) {
     use internal_response::Response as R;
-    let rev = |h: &Option<crate::proto::etcdserverpb::ResponseHeader>| h.as_ref().map_or(0, |h| h.revision);
+    let rev = |h: &Option<crate::proto::etcdserverpb::ResponseHeader>| {
+        h.as_ref().map_or(0, |h| h.revision)
+    };
     match r {
         WriteResponse::Put(p) => (rev(&p.header), R::Put(p)).swap(),
         WriteResponse::DeleteRange(d) => (rev(&d.header), R::DeleteRange(d)).swap(),
@@ -207,7 +212,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
     where
-        Strm: futures::Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+        Strm: futures::Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>>
+            + Unpin
+            + OptionalSend,
     {
         let mut batch = Vec::new();
         while let Some(item) = entries.next().await {
@@ -257,7 +264,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(m) = &membership {
             meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
         }
-        let mut results = self.shared.mvcc.apply(&reqs, &meta).map_err(StoreError::from)?;
+        let mut results = self
+            .shared
+            .mvcc
+            .apply(&reqs, &meta)
+            .map_err(StoreError::from)?;
         let current = self.shared.mvcc.current_revision();
 
         for ((_, responder), slot) in batch.into_iter().zip(slots) {
@@ -267,7 +278,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     response: None,
                     revision: current,
                 },
-                Some(i) => match std::mem::replace(&mut results[i], Err(crate::mvcc::MvccError::Storage(String::new()))) {
+                Some(i) => match std::mem::replace(
+                    &mut results[i],
+                    Err(crate::mvcc::MvccError::Storage(String::new())),
+                ) {
                     Ok(w) => {
                         let (r, rev) = to_internal_response(w);
                         InternalResponse {
@@ -295,7 +309,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Runs on the state-machine task, so no apply interleaves with this copy: the dump is
         // a point-in-time view (sled itself has no snapshot reads).
         let dump = (|| -> Result<_, StoreError> {
-            Ok((self.last_applied()?, self.membership()?, self.shared.mvcc.dump()?))
+            Ok((
+                self.last_applied()?,
+                self.membership()?,
+                self.shared.mvcc.dump().collect::<Result<Vec<_>, _>>()?,
+            ))
         })();
         SnapshotBuilder {
             sm: self.clone(),
@@ -303,7 +321,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> Result<(), io::Error> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Vec<u8>,
+    ) -> Result<(), io::Error> {
         snapshot_file::write(&self.shared.snap_dir, meta, &snapshot)?;
         self.load_snapshot(meta, &snapshot)?;
         snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
@@ -315,11 +337,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(None);
         };
         let (meta, data) = snapshot_file::read(&path)?;
-        Ok(Some(Snapshot { meta, snapshot: data }))
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: data,
+        }))
     }
 }
 
-type Dump = (Option<LogId>, StoredMembership, Vec<(String, Vec<u8>, Vec<u8>)>);
+type Dump = (
+    Option<LogId>,
+    StoredMembership,
+    Vec<(String, Vec<u8>, Vec<u8>)>,
+);
 
 pub struct SnapshotBuilder {
     sm: StateMachine,
@@ -340,7 +369,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership: membership,
         };
         // sled must be at least as new as the snapshot before openraft purges the log below it.
-        self.sm.shared.db.flush_async().await.map_err(StoreError::from)?;
+        self.sm
+            .shared
+            .db
+            .flush_async()
+            .await
+            .map_err(StoreError::from)?;
         let dir = self.sm.shared.snap_dir.clone();
         let (meta2, data2) = (meta.clone(), data.clone());
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
@@ -349,6 +383,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         })
         .await
         .map_err(io::Error::other)??;
-        Ok(Snapshot { meta, snapshot: data })
+        Ok(Snapshot {
+            meta,
+            snapshot: data,
+        })
     }
 }

@@ -11,7 +11,9 @@ use super::types::TypeConfig;
 struct Builder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
-    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
         let d = tempfile::tempdir().expect("tempdir");
         let log = LogStore::open(&d.path().join("wal")).expect("open log store");
         let sm = StateMachine::open(&d.path().join("sm")).expect("open state machine");

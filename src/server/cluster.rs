@@ -52,19 +52,31 @@ fn not_yet(what: &str) -> Status {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
-    async fn member_add(&self, _r: Request<MemberAddRequest>) -> Result<Response<MemberAddResponse>, Status> {
+    async fn member_add(
+        &self,
+        _r: Request<MemberAddRequest>,
+    ) -> Result<Response<MemberAddResponse>, Status> {
         Err(not_yet("MemberAdd"))
     }
 
-    async fn member_remove(&self, _r: Request<MemberRemoveRequest>) -> Result<Response<MemberRemoveResponse>, Status> {
+    async fn member_remove(
+        &self,
+        _r: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
         Err(not_yet("MemberRemove"))
     }
 
-    async fn member_update(&self, _r: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
+    async fn member_update(
+        &self,
+        _r: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
         Err(not_yet("MemberUpdate"))
     }
 
-    async fn member_list(&self, req: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
+    async fn member_list(
+        &self,
+        req: Request<MemberListRequest>,
+    ) -> Result<Response<MemberListResponse>, Status> {
         if req.get_ref().linearizable {
             self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
         }
@@ -74,7 +86,10 @@ impl Cluster for ClusterService {
         }))
     }
 
-    async fn member_promote(&self, _r: Request<MemberPromoteRequest>) -> Result<Response<MemberPromoteResponse>, Status> {
+    async fn member_promote(
+        &self,
+        _r: Request<MemberPromoteRequest>,
+    ) -> Result<Response<MemberPromoteResponse>, Status> {
         Err(not_yet("MemberPromote"))
     }
 }

@@ -41,7 +41,10 @@ impl ServerCtx {
     }
 
     /// Replicates a write and returns its response, or the error applying it produced.
-    pub async fn propose(&self, req: InternalRequest) -> Result<internal_response::Response, ApiError> {
+    pub async fn propose(
+        &self,
+        req: InternalRequest,
+    ) -> Result<internal_response::Response, ApiError> {
         use prost::Message;
         if req.encoded_len() > self.max_request_bytes {
             return Err(ApiError::RequestTooLarge);

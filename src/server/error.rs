@@ -96,11 +96,19 @@ mod tests {
 
     #[test]
     fn etcd_codes_and_messages() {
-        let s: Status = ApiError::Applied("etcdserver: mvcc: required revision has been compacted".into()).into();
+        let s: Status =
+            ApiError::Applied("etcdserver: mvcc: required revision has been compacted".into())
+                .into();
         assert_eq!(s.code(), Code::OutOfRange);
         let s: Status = ApiError::RequestTooLarge.into();
-        assert_eq!((s.code(), s.message()), (Code::InvalidArgument, "etcdserver: request is too large"));
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::InvalidArgument, "etcdserver: request is too large")
+        );
         let s: Status = ApiError::from(ProposeError::NoLeader).into();
-        assert_eq!((s.code(), s.message()), (Code::Unavailable, "etcdserver: no leader"));
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::Unavailable, "etcdserver: no leader")
+        );
     }
 }

@@ -31,12 +31,17 @@ pub struct Identity {
 }
 
 /// Loads the stored identity, or creates it from the flags. Returns whether it is new.
-pub async fn load_or_create(cfg: &Config, dir: &Path, channels: &Channels) -> Result<(Identity, bool), ServerError> {
+pub async fn load_or_create(
+    cfg: &Config,
+    dir: &Path,
+    channels: &Channels,
+) -> Result<(Identity, bool), ServerError> {
     let path = dir.join(FILE);
     if path.exists() {
         let b = std::fs::read(&path)?;
-        let id: Identity = serde_json::from_slice(&b)
-            .map_err(|e| ServerError::Config(format!("{}: corrupt member identity: {e}", path.display())))?;
+        let id: Identity = serde_json::from_slice(&b).map_err(|e| {
+            ServerError::Config(format!("{}: corrupt member identity: {e}", path.display()))
+        })?;
         if id.format != FORMAT {
             return Err(ServerError::Config(format!(
                 "{}: data dir written by an incompatible kvd (format {}, this kvd reads {FORMAT})",
@@ -51,9 +56,15 @@ pub async fn load_or_create(cfg: &Config, dir: &Path, channels: &Channels) -> Re
             let initial_members: BTreeMap<u64, Vec<String>> = cfg
                 .initial_cluster
                 .values()
-                .map(|urls| (compute_member_id(urls, &cfg.initial_cluster_token, None), urls.clone()))
+                .map(|urls| {
+                    (
+                        compute_member_id(urls, &cfg.initial_cluster_token, None),
+                        urls.clone(),
+                    )
+                })
                 .collect();
-            let member_id = compute_member_id(&cfg.advertise_peer_urls, &cfg.initial_cluster_token, None);
+            let member_id =
+                compute_member_id(&cfg.advertise_peer_urls, &cfg.initial_cluster_token, None);
             let ids: Vec<u64> = initial_members.keys().copied().collect();
             Identity {
                 format: FORMAT,
@@ -98,7 +109,9 @@ async fn discover(cfg: &Config, channels: &Channels) -> Result<(u64, u64), Serve
     let mut last_err = String::from("no other member in --initial-cluster");
     while tokio::time::Instant::now() < deadline {
         for url in &peers {
-            let Ok(mut c) = channels.peer(&Member { peer_urls: vec![url.clone()] }) else {
+            let Ok(mut c) = channels.peer(&Member {
+                peer_urls: vec![url.clone()],
+            }) else {
                 continue;
             };
             let req = MemberInfoRequest {

@@ -25,7 +25,9 @@ pub struct KvService {
 impl KvService {
     async fn write(&self, md: &tonic::metadata::MetadataMap, req: In) -> Result<Out, ApiError> {
         self.ctx.check_leader(md)?;
-        self.ctx.propose(InternalRequest { request: Some(req) }).await
+        self.ctx
+            .propose(InternalRequest { request: Some(req) })
+            .await
     }
 
     fn unexpected(&self) -> Status {
@@ -44,14 +46,25 @@ impl Kv for KvService {
         if !r.serializable {
             self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
         }
-        let mut resp = self.ctx.node.sm.shared.mvcc.range(&r).map_err(ApiError::from)?;
+        let mut resp = self
+            .ctx
+            .node
+            .sm
+            .shared
+            .mvcc
+            .range(&r)
+            .map_err(ApiError::from)?;
         resp.header = self.ctx.header(self.ctx.current_revision());
         Ok(Response::new(resp))
     }
 
-    type RangeStreamStream = futures::stream::Empty<Result<crate::proto::etcdserverpb::RangeStreamResponse, Status>>;
+    type RangeStreamStream =
+        futures::stream::Empty<Result<crate::proto::etcdserverpb::RangeStreamResponse, Status>>;
 
-    async fn range_stream(&self, _req: Request<RangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
+    async fn range_stream(
+        &self,
+        _req: Request<RangeRequest>,
+    ) -> Result<Response<Self::RangeStreamStream>, Status> {
         Err(ApiError::Unimplemented("RangeStream is not supported".into()).into())
     }
 
@@ -67,7 +80,10 @@ impl Kv for KvService {
         }
     }
 
-    async fn delete_range(&self, req: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
+    async fn delete_range(
+        &self,
+        req: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
         let (md, _, r) = req.into_parts();
         if r.key.is_empty() {
             return Err(ApiError::Applied("etcdserver: key is not provided".into()).into());
@@ -93,7 +109,10 @@ impl Kv for KvService {
         }
     }
 
-    async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+    async fn compact(
+        &self,
+        req: Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
         let (md, _, r) = req.into_parts();
         match self.write(&md, In::Compaction(r)).await? {
             Out::Compaction(mut c) => {

@@ -14,6 +14,8 @@ pub const ETCD_VERSION: &str = "3.5.17";
 
 pub struct MaintenanceService {
     pub ctx: ServerCtx,
+    /// The state machine database directory, whose size is reported as etcd's dbSize.
+    pub db_dir: std::path::PathBuf,
 }
 
 fn not_yet(what: &str) -> Status {
@@ -21,7 +23,9 @@ fn not_yet(what: &str) -> Status {
 }
 
 fn dir_size(p: &std::path::Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(p) else { return 0 };
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return 0;
+    };
     rd.flatten()
         .map(|e| match e.metadata() {
             Ok(m) if m.is_dir() => dir_size(&e.path()),
@@ -43,9 +47,12 @@ impl Maintenance for MaintenanceService {
     async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let node = &self.ctx.node;
         let m = node.raft.metrics().borrow_watched().clone();
-        let db_size = node.sm.shared.db.size_on_disk().unwrap_or(0) as i64;
-        let is_learner = !m.membership_config.membership().voter_ids().any(|v| v == node.id);
-        let _ = dir_size;
+        let db_size = dir_size(&self.db_dir) as i64;
+        let is_learner = !m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == node.id);
         Ok(Response::new(StatusResponse {
             header: self.ctx.header(self.ctx.current_revision()),
             version: ETCD_VERSION.to_string(),
@@ -63,7 +70,10 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn defragment(&self, _r: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+    async fn defragment(
+        &self,
+        _r: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
         Ok(Response::new(DefragmentResponse {
             header: self.ctx.header(self.ctx.current_revision()),
         }))
@@ -73,21 +83,33 @@ impl Maintenance for MaintenanceService {
         Err(not_yet("Hash"))
     }
 
-    async fn hash_kv(&self, _r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+    async fn hash_kv(
+        &self,
+        _r: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
         Err(not_yet("HashKV"))
     }
 
     type SnapshotStream = futures::stream::Empty<Result<SnapshotResponse, Status>>;
 
-    async fn snapshot(&self, _r: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(
+        &self,
+        _r: Request<SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
         Err(not_yet("Snapshot"))
     }
 
-    async fn move_leader(&self, _r: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+    async fn move_leader(
+        &self,
+        _r: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
         Err(not_yet("MoveLeader"))
     }
 
-    async fn downgrade(&self, _r: Request<DowngradeRequest>) -> Result<Response<DowngradeResponse>, Status> {
+    async fn downgrade(
+        &self,
+        _r: Request<DowngradeRequest>,
+    ) -> Result<Response<DowngradeResponse>, Status> {
         Err(not_yet("Downgrade"))
     }
 }

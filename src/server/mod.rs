@@ -41,13 +41,15 @@ use crate::raft::state_machine::StateMachine;
 use crate::raft::{Member, Raft, RaftNode};
 use context::ServerCtx;
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("{0}")]
     Config(String),
     #[error("listen tcp {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot open data dir: {0}")]
     Storage(#[from] crate::raft::StoreError),
     #[error("raft: {0}")]
@@ -99,9 +101,15 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     let network = NetworkFactory {
         channels: channels.clone(),
     };
-    let raft = Raft::new(ident.member_id, Arc::new(raft_cfg), network, log.clone(), sm.clone())
-        .await
-        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let raft = Raft::new(
+        ident.member_id,
+        Arc::new(raft_cfg),
+        network,
+        log.clone(),
+        sm.clone(),
+    )
+    .await
+    .map_err(|e| ServerError::Raft(e.to_string()))?;
     let node = RaftNode {
         id: ident.member_id,
         raft: raft.clone(),
@@ -116,7 +124,14 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         let members: BTreeMap<u64, Member> = ident
             .initial_members
             .iter()
-            .map(|(id, urls)| (*id, Member { peer_urls: urls.clone() }))
+            .map(|(id, urls)| {
+                (
+                    *id,
+                    Member {
+                        peer_urls: urls.clone(),
+                    },
+                )
+            })
             .collect();
         if let Err(e) = raft.initialize(members).await {
             // Every member of a new cluster initializes with the same config; a member that
@@ -160,17 +175,25 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
                     .max_encoding_message_size(usize::MAX),
             )
             .add_service(
-                ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() }).max_decoding_message_size(max_msg),
+                ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
+                    .max_decoding_message_size(max_msg),
             )
             .add_service(
-                MaintenanceServer::new(maintenance::MaintenanceService { ctx: ctx.clone() })
-                    .max_decoding_message_size(max_msg),
+                MaintenanceServer::new(maintenance::MaintenanceService {
+                    ctx: ctx.clone(),
+                    db_dir: member_dir.join("sm").join("db"),
+                })
+                .max_decoding_message_size(max_msg),
             )
             .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(stop_rx.clone()));
         tasks.push(tokio::spawn(fut));
     }
 
-    let publisher = tokio::spawn(publish(node.clone(), cfg.name.clone(), cfg.advertise_client_urls.clone()));
+    let publisher = tokio::spawn(publish(
+        node.clone(),
+        cfg.name.clone(),
+        cfg.advertise_client_urls.clone(),
+    ));
     tracing::info!("ready to serve client requests");
 
     shutdown.await;
@@ -186,7 +209,9 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr).await.map_err(|source| ServerError::Listen { addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Listen { addr, source })
 }
 
 /// etcd's publish: once started, a member records its name and client URLs through the log so
@@ -220,7 +245,12 @@ async fn hand_over_leadership(node: &RaftNode) {
     if m.current_leader != Some(node.id) {
         return;
     }
-    let Some(to) = m.membership_config.membership().voter_ids().find(|v| *v != node.id) else {
+    let Some(to) = m
+        .membership_config
+        .membership()
+        .voter_ids()
+        .find(|v| *v != node.id)
+    else {
         return;
     };
     tracing::info!(to = %format!("{to:x}"), "transferring leadership before stopping");
@@ -230,8 +260,9 @@ async fn hand_over_leadership(node: &RaftNode) {
     let mut rx = node.raft.metrics();
     let _ = tokio::time::timeout(
         Duration::from_secs(3),
-        rx.wait_until(|m: &openraft::RaftMetrics<crate::raft::TypeConfig>| m.current_leader.is_some_and(|l| l != node.id)),
+        rx.wait_until(|m: &openraft::RaftMetrics<crate::raft::TypeConfig>| {
+            m.current_leader.is_some_and(|l| l != node.id)
+        }),
     )
     .await;
 }
-

@@ -13,7 +13,11 @@ use kvd::proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
 use tonic::transport::Channel;
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub struct MemberProc {
@@ -94,7 +98,11 @@ impl Cluster {
             ("initial-cluster-state", "new".into()),
             ("initial-cluster-token", "test-cluster".into()),
         ];
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&m.log)
+            .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvd"));
         for (k, v) in args {
             if self.use_env {
@@ -161,12 +169,17 @@ impl Cluster {
             if m.child.is_none() {
                 continue;
             }
-            let Ok(Ok(ch)) = tokio::time::timeout(Duration::from_millis(500), try_channel(&m.client_url())).await
+            let Ok(Ok(ch)) =
+                tokio::time::timeout(Duration::from_millis(500), try_channel(&m.client_url()))
+                    .await
             else {
                 return None;
             };
-            let Ok(Ok(st)) =
-                tokio::time::timeout(Duration::from_millis(500), MaintenanceClient::new(ch).status(StatusRequest {})).await
+            let Ok(Ok(st)) = tokio::time::timeout(
+                Duration::from_millis(500),
+                MaintenanceClient::new(ch).status(StatusRequest {}),
+            )
+            .await
             else {
                 return None;
             };
@@ -199,7 +212,9 @@ impl Cluster {
                 return l;
             }
             if Instant::now() > deadline {
-                let logs: String = (0..self.members.len()).map(|i| format!("--- m{i}\n{}", self.log_of(i))).collect();
+                let logs: String = (0..self.members.len())
+                    .map(|i| format!("--- m{i}\n{}", self.log_of(i)))
+                    .collect();
                 panic!("no leader within {timeout:?}\n{logs}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -256,5 +271,8 @@ pub async fn get(c: &mut KvClient<Channel>, k: &str) -> Result<Option<String>, t
             ..Default::default()
         })
         .await?;
-    Ok(r.into_inner().kvs.first().map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+    Ok(r.into_inner()
+        .kvs
+        .first()
+        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
 }
