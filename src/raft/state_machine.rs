@@ -63,6 +63,9 @@ pub struct SmShared {
     pub mvcc: MvccStore,
     snap_dir: PathBuf,
     applied_tx: watch::Sender<u64>,
+    /// The store revision after the last apply: watchers wake on it and read new events from
+    /// the MVCC history (which is durable in sled before this is sent).
+    revision_tx: watch::Sender<i64>,
 }
 
 #[derive(Clone)]
@@ -79,12 +82,14 @@ impl StateMachine {
         let db = sled::Config::new().path(dir.join("db")).open()?;
         let mvcc = MvccStore::open(&db)?;
         let (applied_tx, _) = watch::channel(0);
+        let (revision_tx, _) = watch::channel(mvcc.current_revision());
         let sm = StateMachine {
             shared: Arc::new(SmShared {
                 db,
                 mvcc,
                 snap_dir,
                 applied_tx,
+                revision_tx,
             }),
         };
         sm.repair_from_snapshot()?;
@@ -135,6 +140,11 @@ impl StateMachine {
         self.shared.applied_tx.subscribe()
     }
 
+    /// Receiver of the current store revision, updated after every applied batch.
+    pub fn revision(&self) -> watch::Receiver<i64> {
+        self.shared.revision_tx.subscribe()
+    }
+
     /// Waits until the state machine has applied `index`.
     pub async fn wait_applied(&self, index: u64) {
         let mut rx = self.applied_index();
@@ -164,6 +174,7 @@ impl StateMachine {
         self.shared.db.flush()?;
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
+        self.shared.revision_tx.send_replace(mvcc.current_revision());
         Ok(())
     }
 }
@@ -298,6 +309,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
         }
         self.shared.applied_tx.send_replace(last.index);
+        self.shared.revision_tx.send_replace(current);
         Ok(())
     }
 
