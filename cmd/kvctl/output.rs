@@ -1,0 +1,852 @@
+//! Output formats of etcdctl 3.4: `simple`, `json` (Go encoding/json of the gogo-protobuf
+//! structs: snake_case or camelCase names as in the .proto, zero values omitted, bytes in
+//! base64), `table` and `fields`.
+use kvd::proto::etcdserverpb::{
+    response_op, DeleteRangeResponse, MemberListResponse, PutResponse, RangeResponse,
+    ResponseHeader, StatusResponse, TxnResponse,
+};
+use kvd::proto::mvccpb::KeyValue;
+
+use crate::error::{CliError, EXIT_BAD_ARGS, EXIT_BAD_FEATURE};
+use crate::gofmt::{base64, duration_string, hex_prefixed, humanize_bytes, quote};
+use crate::table;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Simple,
+    Json,
+    Table,
+    Fields,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Result<Format, CliError> {
+        match s {
+            "simple" => Ok(Format::Simple),
+            "json" => Ok(Format::Json),
+            "table" => Ok(Format::Table),
+            "fields" => Ok(Format::Fields),
+            _ => Err(CliError::new(EXIT_BAD_FEATURE, "unsupported output format")),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Format::Simple => "simple",
+            Format::Json => "json",
+            Format::Table => "table",
+            Format::Fields => "fields",
+        }
+    }
+}
+
+/// Text to write, and where: etcdctl writes some results (endpoint health) to stderr.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    fn out(s: String) -> Self {
+        Output {
+            stdout: s,
+            stderr: String::new(),
+        }
+    }
+}
+
+/// One `endpoint health` result (etcdctl's `epHealth`).
+#[derive(Debug, Clone)]
+pub struct EpHealth {
+    pub ep: String,
+    pub health: bool,
+    pub took: std::time::Duration,
+    pub error: String,
+}
+
+/// Prints responses in the chosen format.
+#[derive(Debug, Clone, Copy)]
+pub struct Printer {
+    pub format: Format,
+    pub hex: bool,
+    pub value_only: bool,
+}
+
+impl Printer {
+    pub fn new(format: Format, hex: bool) -> Self {
+        Printer {
+            format,
+            hex,
+            value_only: false,
+        }
+    }
+
+    fn unsupported(&self) -> CliError {
+        CliError::new(
+            EXIT_BAD_FEATURE,
+            format!("{} not supported as output format", self.format.name()),
+        )
+    }
+
+    /// `get --print-value-only` is only valid with the simple format.
+    pub fn set_value_only(&mut self) -> Result<(), CliError> {
+        if self.format != Format::Simple {
+            return Err(CliError::new(
+                EXIT_BAD_ARGS,
+                "print-value-only is only for `--write-out=simple`",
+            ));
+        }
+        self.value_only = true;
+        Ok(())
+    }
+
+    pub fn put(&self, r: &PutResponse) -> Result<Output, CliError> {
+        Ok(Output::out(match self.format {
+            Format::Simple => self.simple_put(r),
+            Format::Json => json_put(r) + "\n",
+            Format::Fields => fields_put(r),
+            Format::Table => return Err(self.unsupported()),
+        }))
+    }
+
+    pub fn get(&self, r: &RangeResponse, count_only: bool) -> Result<Output, CliError> {
+        Ok(Output::out(match self.format {
+            Format::Simple if count_only => format!("{}\n", r.count),
+            Format::Simple => self.simple_get(r),
+            Format::Json => json_range(r) + "\n",
+            Format::Fields => fields_get(r),
+            Format::Table => return Err(self.unsupported()),
+        }))
+    }
+
+    pub fn del(&self, r: &DeleteRangeResponse) -> Result<Output, CliError> {
+        Ok(Output::out(match self.format {
+            Format::Simple => self.simple_del(r),
+            Format::Json => json_del(r) + "\n",
+            Format::Fields => fields_del(r),
+            Format::Table => return Err(self.unsupported()),
+        }))
+    }
+
+    pub fn txn(&self, r: &TxnResponse) -> Result<Output, CliError> {
+        Ok(Output::out(match self.format {
+            Format::Simple => self.simple_txn(r),
+            Format::Json => json_txn(r) + "\n",
+            Format::Fields => fields_txn(r),
+            Format::Table => return Err(self.unsupported()),
+        }))
+    }
+
+    pub fn member_list(&self, r: &MemberListResponse) -> Result<Output, CliError> {
+        let (hdr, rows) = member_list_table(r);
+        Ok(Output::out(match self.format {
+            Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect(),
+            Format::Json => json_member_list(r) + "\n",
+            Format::Fields => fields_member_list(r),
+            Format::Table => table::render(&hdr, &rows),
+        }))
+    }
+
+    pub fn endpoint_status(&self, list: &[(String, StatusResponse)]) -> Result<Output, CliError> {
+        let (hdr, rows) = endpoint_status_table(list);
+        Ok(Output::out(match self.format {
+            Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect(),
+            Format::Json => json_endpoint_status(list) + "\n",
+            Format::Fields => fields_endpoint_status(list),
+            Format::Table => table::render(&hdr, &rows),
+        }))
+    }
+
+    pub fn endpoint_health(&self, list: &[EpHealth]) -> Result<Output, CliError> {
+        Ok(match self.format {
+            Format::Simple => Output {
+                stdout: String::new(),
+                stderr: list
+                    .iter()
+                    .map(|h| {
+                        if h.error.is_empty() {
+                            format!(
+                                "{} is healthy: successfully committed proposal: took = {}\n",
+                                h.ep,
+                                duration_string(h.took)
+                            )
+                        } else {
+                            format!(
+                                "{} is unhealthy: failed to commit proposal: {}\n",
+                                h.ep, h.error
+                            )
+                        }
+                    })
+                    .collect(),
+            },
+            Format::Json => Output::out(json_endpoint_health(list) + "\n"),
+            Format::Fields => Output::out(
+                list.iter()
+                    .map(|h| {
+                        format!(
+                            "\"Endpoint\" : {}\n\"Health\" : {}\n\"Took\" : {}\n\"Error\" : {}\n\n",
+                            quote(h.ep.as_bytes()),
+                            h.health,
+                            duration_string(h.took),
+                            h.error
+                        )
+                    })
+                    .collect(),
+            ),
+            Format::Table => {
+                let rows: Vec<Vec<String>> = list
+                    .iter()
+                    .map(|h| {
+                        vec![
+                            h.ep.clone(),
+                            h.health.to_string(),
+                            duration_string(h.took),
+                            h.error.clone(),
+                        ]
+                    })
+                    .collect();
+                Output::out(table::render(
+                    &["endpoint", "health", "took", "error"],
+                    &rows,
+                ))
+            }
+        })
+    }
+
+    fn simple_kv(&self, out: &mut String, kv: &KeyValue) {
+        let (k, v) = if self.hex {
+            (hex_prefixed(&kv.key), hex_prefixed(&kv.value))
+        } else {
+            (lossy(&kv.key), lossy(&kv.value))
+        };
+        if !self.value_only {
+            out.push_str(&k);
+            out.push('\n');
+        }
+        out.push_str(&v);
+        out.push('\n');
+    }
+
+    fn simple_put(&self, r: &PutResponse) -> String {
+        let mut out = String::from("OK\n");
+        if let Some(kv) = &r.prev_kv {
+            self.simple_kv(&mut out, kv);
+        }
+        out
+    }
+
+    fn simple_get(&self, r: &RangeResponse) -> String {
+        let mut out = String::new();
+        for kv in &r.kvs {
+            self.simple_kv(&mut out, kv);
+        }
+        out
+    }
+
+    fn simple_del(&self, r: &DeleteRangeResponse) -> String {
+        let mut out = format!("{}\n", r.deleted);
+        for kv in &r.prev_kvs {
+            self.simple_kv(&mut out, kv);
+        }
+        out
+    }
+
+    fn simple_txn(&self, r: &TxnResponse) -> String {
+        let mut out = String::from(if r.succeeded {
+            "SUCCESS\n"
+        } else {
+            "FAILURE\n"
+        });
+        for op in &r.responses {
+            out.push('\n');
+            match &op.response {
+                Some(response_op::Response::ResponseRange(g)) => out.push_str(&self.simple_get(g)),
+                Some(response_op::Response::ResponsePut(p)) => out.push_str(&self.simple_put(p)),
+                Some(response_op::Response::ResponseDeleteRange(d)) => {
+                    out.push_str(&self.simple_del(d))
+                }
+                _ => out.push_str(&format!("unexpected response {op:?}\n")),
+            }
+        }
+        out
+    }
+}
+
+/// Go's `string(bytes)` written to a terminal: bytes pass through unchanged. Rust strings must be
+/// UTF-8, so invalid sequences are replaced; callers that need raw bytes use `--hex`.
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+// ---------------------------------------------------------------- JSON
+
+/// A JSON string as Go's encoding/json writes it (HTML-safe escaping).
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32))
+            }
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Builds a JSON object field by field, leaving out zero values like `omitempty`.
+struct Obj(String);
+
+impl Obj {
+    fn new() -> Self {
+        Obj(String::from("{"))
+    }
+    fn raw(&mut self, k: &str, v: &str) -> &mut Self {
+        if self.0.len() > 1 {
+            self.0.push(',');
+        }
+        self.0.push('"');
+        self.0.push_str(k);
+        self.0.push_str("\":");
+        self.0.push_str(v);
+        self
+    }
+    fn num<N: PartialEq + Default + ToString>(&mut self, k: &str, v: N) -> &mut Self {
+        if v != N::default() {
+            self.raw(k, &v.to_string());
+        }
+        self
+    }
+    fn boolean(&mut self, k: &str, v: bool) -> &mut Self {
+        if v {
+            self.raw(k, "true");
+        }
+        self
+    }
+    fn bytes(&mut self, k: &str, v: &[u8]) -> &mut Self {
+        if !v.is_empty() {
+            self.raw(k, &format!("\"{}\"", base64(v)));
+        }
+        self
+    }
+    fn string(&mut self, k: &str, v: &str) -> &mut Self {
+        if !v.is_empty() {
+            self.raw(k, &json_string(v));
+        }
+        self
+    }
+    fn strings(&mut self, k: &str, v: &[String]) -> &mut Self {
+        if !v.is_empty() {
+            let items: Vec<String> = v.iter().map(|s| json_string(s)).collect();
+            self.raw(k, &format!("[{}]", items.join(",")));
+        }
+        self
+    }
+    fn list(&mut self, k: &str, items: Vec<String>) -> &mut Self {
+        if !items.is_empty() {
+            self.raw(k, &format!("[{}]", items.join(",")));
+        }
+        self
+    }
+    fn header(&mut self, h: &Option<ResponseHeader>) -> &mut Self {
+        if let Some(h) = h {
+            self.raw("header", &json_header(h));
+        }
+        self
+    }
+    fn done(&mut self) -> String {
+        let mut s = std::mem::take(&mut self.0);
+        s.push('}');
+        s
+    }
+}
+
+fn json_header(h: &ResponseHeader) -> String {
+    Obj::new()
+        .num("cluster_id", h.cluster_id)
+        .num("member_id", h.member_id)
+        .num("revision", h.revision)
+        .num("raft_term", h.raft_term)
+        .done()
+}
+
+fn json_kv(kv: &KeyValue) -> String {
+    Obj::new()
+        .bytes("key", &kv.key)
+        .num("create_revision", kv.create_revision)
+        .num("mod_revision", kv.mod_revision)
+        .num("version", kv.version)
+        .bytes("value", &kv.value)
+        .num("lease", kv.lease)
+        .done()
+}
+
+pub fn json_range(r: &RangeResponse) -> String {
+    Obj::new()
+        .header(&r.header)
+        .list("kvs", r.kvs.iter().map(json_kv).collect())
+        .boolean("more", r.more)
+        .num("count", r.count)
+        .done()
+}
+
+pub fn json_put(r: &PutResponse) -> String {
+    let mut o = Obj::new();
+    o.header(&r.header);
+    if let Some(kv) = &r.prev_kv {
+        o.raw("prev_kv", &json_kv(kv));
+    }
+    o.done()
+}
+
+pub fn json_del(r: &DeleteRangeResponse) -> String {
+    Obj::new()
+        .header(&r.header)
+        .num("deleted", r.deleted)
+        .list("prev_kvs", r.prev_kvs.iter().map(json_kv).collect())
+        .done()
+}
+
+pub fn json_txn(r: &TxnResponse) -> String {
+    let ops = r
+        .responses
+        .iter()
+        .map(|op| {
+            let inner = match &op.response {
+                Some(response_op::Response::ResponseRange(g)) => {
+                    format!("{{\"ResponseRange\":{}}}", json_range(g))
+                }
+                Some(response_op::Response::ResponsePut(p)) => {
+                    format!("{{\"ResponsePut\":{}}}", json_put(p))
+                }
+                Some(response_op::Response::ResponseDeleteRange(d)) => {
+                    format!("{{\"ResponseDeleteRange\":{}}}", json_del(d))
+                }
+                Some(response_op::Response::ResponseTxn(t)) => {
+                    format!("{{\"ResponseTxn\":{}}}", json_txn(t))
+                }
+                None => "null".to_string(),
+            };
+            format!("{{\"Response\":{inner}}}")
+        })
+        .collect();
+    Obj::new()
+        .header(&r.header)
+        .boolean("succeeded", r.succeeded)
+        .list("responses", ops)
+        .done()
+}
+
+pub fn json_member_list(r: &MemberListResponse) -> String {
+    let members = r
+        .members
+        .iter()
+        .map(|m| {
+            Obj::new()
+                .num("ID", m.id)
+                .string("name", &m.name)
+                .strings("peerURLs", &m.peer_ur_ls)
+                .strings("clientURLs", &m.client_ur_ls)
+                .boolean("isLearner", m.is_learner)
+                .done()
+        })
+        .collect();
+    Obj::new().header(&r.header).list("members", members).done()
+}
+
+fn json_status(s: &StatusResponse) -> String {
+    Obj::new()
+        .header(&s.header)
+        .string("version", &s.version)
+        .num("dbSize", s.db_size)
+        .num("leader", s.leader)
+        .num("raftIndex", s.raft_index)
+        .num("raftTerm", s.raft_term)
+        .num("raftAppliedIndex", s.raft_applied_index)
+        .strings("errors", &s.errors)
+        .num("dbSizeInUse", s.db_size_in_use)
+        .boolean("isLearner", s.is_learner)
+        .done()
+}
+
+pub fn json_endpoint_status(list: &[(String, StatusResponse)]) -> String {
+    let items: Vec<String> = list
+        .iter()
+        .map(|(ep, s)| {
+            format!(
+                "{{\"Endpoint\":{},\"Status\":{}}}",
+                json_string(ep),
+                json_status(s)
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+pub fn json_endpoint_health(list: &[EpHealth]) -> String {
+    let items: Vec<String> = list
+        .iter()
+        .map(|h| {
+            let mut o = Obj::new();
+            o.raw("endpoint", &json_string(&h.ep))
+                .raw("health", if h.health { "true" } else { "false" })
+                .raw("took", &json_string(&duration_string(h.took)))
+                .string("error", &h.error);
+            o.done()
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+// ---------------------------------------------------------------- tables
+
+pub fn member_list_table(r: &MemberListResponse) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    let hdr = vec![
+        "ID",
+        "Status",
+        "Name",
+        "Peer Addrs",
+        "Client Addrs",
+        "Is Learner",
+    ];
+    let rows = r
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                format!("{:x}", m.id),
+                if m.name.is_empty() {
+                    "unstarted"
+                } else {
+                    "started"
+                }
+                .to_string(),
+                m.name.clone(),
+                m.peer_ur_ls.join(","),
+                m.client_ur_ls.join(","),
+                m.is_learner.to_string(),
+            ]
+        })
+        .collect();
+    (hdr, rows)
+}
+
+pub fn endpoint_status_table(
+    list: &[(String, StatusResponse)],
+) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    let hdr = vec![
+        "endpoint",
+        "ID",
+        "version",
+        "db size",
+        "is leader",
+        "is learner",
+        "raft term",
+        "raft index",
+        "raft applied index",
+        "errors",
+    ];
+    let rows = list
+        .iter()
+        .map(|(ep, s)| {
+            let member_id = s.header.as_ref().map(|h| h.member_id).unwrap_or_default();
+            vec![
+                ep.clone(),
+                format!("{member_id:x}"),
+                s.version.clone(),
+                humanize_bytes(s.db_size.max(0) as u64),
+                (s.leader == member_id).to_string(),
+                s.is_learner.to_string(),
+                s.raft_term.to_string(),
+                s.raft_index.to_string(),
+                s.raft_applied_index.to_string(),
+                s.errors.join(", "),
+            ]
+        })
+        .collect();
+    (hdr, rows)
+}
+
+// ---------------------------------------------------------------- fields
+
+fn fields_hdr(out: &mut String, h: &Option<ResponseHeader>) {
+    let h = h.unwrap_or_default();
+    out.push_str(&format!(
+        "\"ClusterID\" : {}\n\"MemberID\" : {}\n\"Revision\" : {}\n\"RaftTerm\" : {}\n",
+        h.cluster_id, h.member_id, h.revision, h.raft_term
+    ));
+}
+
+fn fields_kv(out: &mut String, pfx: &str, kv: &KeyValue) {
+    out.push_str(&format!(
+        "\"{pfx}Key\" : {}\n\"{pfx}CreateRevision\" : {}\n\"{pfx}ModRevision\" : {}\n\"{pfx}Version\" : {}\n\"{pfx}Value\" : {}\n\"{pfx}Lease\" : {}\n",
+        quote(&kv.key),
+        kv.create_revision,
+        kv.mod_revision,
+        kv.version,
+        quote(&kv.value),
+        kv.lease
+    ));
+}
+
+fn fields_put(r: &PutResponse) -> String {
+    let mut out = String::new();
+    fields_hdr(&mut out, &r.header);
+    if let Some(kv) = &r.prev_kv {
+        fields_kv(&mut out, "Prev", kv);
+    }
+    out
+}
+
+fn fields_get(r: &RangeResponse) -> String {
+    let mut out = String::new();
+    fields_hdr(&mut out, &r.header);
+    for kv in &r.kvs {
+        fields_kv(&mut out, "", kv);
+    }
+    out.push_str(&format!("\"More\" : {}\n\"Count\" : {}\n", r.more, r.count));
+    out
+}
+
+fn fields_del(r: &DeleteRangeResponse) -> String {
+    let mut out = String::new();
+    fields_hdr(&mut out, &r.header);
+    out.push_str(&format!("\"Deleted\" : {}\n", r.deleted));
+    for kv in &r.prev_kvs {
+        fields_kv(&mut out, "Prev", kv);
+    }
+    out
+}
+
+fn fields_txn(r: &TxnResponse) -> String {
+    let mut out = String::new();
+    fields_hdr(&mut out, &r.header);
+    out.push_str(&format!("\"Succeeded\" : {}\n", r.succeeded));
+    for op in &r.responses {
+        match &op.response {
+            Some(response_op::Response::ResponseRange(g)) => out.push_str(&fields_get(g)),
+            Some(response_op::Response::ResponsePut(p)) => out.push_str(&fields_put(p)),
+            Some(response_op::Response::ResponseDeleteRange(d)) => out.push_str(&fields_del(d)),
+            other => out.push_str(&format!(
+                "\"Unknown\" : {}\n",
+                quote(format!("{other:?}").as_bytes())
+            )),
+        }
+    }
+    out
+}
+
+fn fields_member_list(r: &MemberListResponse) -> String {
+    let mut out = String::new();
+    fields_hdr(&mut out, &r.header);
+    for m in &r.members {
+        out.push_str(&format!(
+            "\"ID\" : {}\n\"Name\" : {}\n",
+            m.id,
+            quote(m.name.as_bytes())
+        ));
+        for u in &m.peer_ur_ls {
+            out.push_str(&format!("\"PeerURL\" : {}\n", quote(u.as_bytes())));
+        }
+        for u in &m.client_ur_ls {
+            out.push_str(&format!("\"ClientURL\" : {}\n", quote(u.as_bytes())));
+        }
+        out.push_str(&format!("\"IsLearner\" : {}\n\n", m.is_learner));
+    }
+    out
+}
+
+fn fields_endpoint_status(list: &[(String, StatusResponse)]) -> String {
+    let mut out = String::new();
+    for (ep, s) in list {
+        fields_hdr(&mut out, &s.header);
+        out.push_str(&format!(
+            "\"Version\" : {}\n\"DBSize\" : {}\n\"Leader\" : {}\n\"IsLearner\" : {}\n\"RaftIndex\" : {}\n\"RaftTerm\" : {}\n\"RaftAppliedIndex\" : {}\n\"Errors\" : [{}]\n\"Endpoint\" : {}\n\n",
+            quote(s.version.as_bytes()),
+            s.db_size,
+            s.leader,
+            s.is_learner,
+            s.raft_index,
+            s.raft_term,
+            s.raft_applied_index,
+            s.errors.join(" "),
+            quote(ep.as_bytes())
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvd::proto::etcdserverpb::{Member, ResponseOp};
+
+    fn hdr(rev: i64) -> Option<ResponseHeader> {
+        Some(ResponseHeader {
+            cluster_id: 324952591200643719,
+            member_id: 3319814642761637952,
+            revision: rev,
+            raft_term: 2,
+        })
+    }
+
+    fn kv(k: &str, v: &str, c: i64, m: i64, ver: i64) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: v.into(),
+            create_revision: c,
+            mod_revision: m,
+            version: ver,
+            lease: 0,
+        }
+    }
+
+    #[test]
+    fn json_matches_etcdctl() {
+        let r = RangeResponse {
+            header: hdr(3),
+            kvs: vec![kv("foo", "baz", 2, 3, 2)],
+            more: false,
+            count: 1,
+        };
+        assert_eq!(
+            json_range(&r),
+            r#"{"header":{"cluster_id":324952591200643719,"member_id":3319814642761637952,"revision":3,"raft_term":2},"kvs":[{"key":"Zm9v","create_revision":2,"mod_revision":3,"version":2,"value":"YmF6"}],"count":1}"#
+        );
+        let empty = RangeResponse {
+            header: hdr(13),
+            ..Default::default()
+        };
+        assert_eq!(
+            json_range(&empty),
+            r#"{"header":{"cluster_id":324952591200643719,"member_id":3319814642761637952,"revision":13,"raft_term":2}}"#
+        );
+        let t = TxnResponse {
+            header: hdr(13),
+            succeeded: true,
+            responses: vec![
+                ResponseOp {
+                    response: Some(response_op::Response::ResponseRange(RangeResponse {
+                        header: Some(ResponseHeader {
+                            revision: 12,
+                            ..Default::default()
+                        }),
+                        kvs: vec![kv("a", "1", 5, 5, 1)],
+                        more: false,
+                        count: 1,
+                    })),
+                },
+                ResponseOp {
+                    response: Some(response_op::Response::ResponseDeleteRange(
+                        DeleteRangeResponse {
+                            header: Some(ResponseHeader {
+                                revision: 13,
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                    )),
+                },
+            ],
+        };
+        assert_eq!(
+            json_txn(&t),
+            r#"{"header":{"cluster_id":324952591200643719,"member_id":3319814642761637952,"revision":13,"raft_term":2},"succeeded":true,"responses":[{"Response":{"ResponseRange":{"header":{"revision":12},"kvs":[{"key":"YQ==","create_revision":5,"mod_revision":5,"version":1,"value":"MQ=="}],"count":1}}},{"Response":{"ResponseDeleteRange":{"header":{"revision":13}}}}]}"#
+        );
+        let ml = MemberListResponse {
+            header: Some(ResponseHeader {
+                revision: 0,
+                ..hdr(0).unwrap()
+            }),
+            members: vec![Member {
+                id: 3319814642761637952,
+                name: "e1".into(),
+                peer_ur_ls: vec!["http://127.0.0.1:23800".into()],
+                client_ur_ls: vec!["http://127.0.0.1:23790".into()],
+                is_learner: false,
+            }],
+        };
+        assert_eq!(
+            json_member_list(&ml),
+            r#"{"header":{"cluster_id":324952591200643719,"member_id":3319814642761637952,"raft_term":2},"members":[{"ID":3319814642761637952,"name":"e1","peerURLs":["http://127.0.0.1:23800"],"clientURLs":["http://127.0.0.1:23790"]}]}"#
+        );
+        assert_eq!(json_string("<a&b>\u{1}"), r#""\u003ca\u0026b\u003e\u0001""#);
+    }
+
+    #[test]
+    fn simple_formats() {
+        let p = Printer::new(Format::Simple, false);
+        let t = TxnResponse {
+            header: hdr(5),
+            succeeded: false,
+            responses: vec![
+                ResponseOp {
+                    response: Some(response_op::Response::ResponsePut(PutResponse::default())),
+                },
+                ResponseOp {
+                    response: Some(response_op::Response::ResponseRange(RangeResponse {
+                        kvs: vec![kv("a", "1", 1, 1, 1)],
+                        ..Default::default()
+                    })),
+                },
+            ],
+        };
+        assert_eq!(p.txn(&t).unwrap().stdout, "FAILURE\n\nOK\n\na\n1\n");
+        let d = DeleteRangeResponse {
+            deleted: 1,
+            prev_kvs: vec![kv("k", "v", 1, 1, 1)],
+            ..Default::default()
+        };
+        assert_eq!(p.del(&d).unwrap().stdout, "1\nk\nv\n");
+        let hexp = Printer::new(Format::Simple, true);
+        let g = RangeResponse {
+            kvs: vec![kv("a", "1", 1, 1, 1)],
+            ..Default::default()
+        };
+        assert_eq!(hexp.get(&g, false).unwrap().stdout, "\\x61\n\\x31\n");
+        let mut vo = Printer::new(Format::Simple, false);
+        vo.set_value_only().unwrap();
+        assert_eq!(vo.get(&g, false).unwrap().stdout, "1\n");
+        let mut j = Printer::new(Format::Json, false);
+        assert_eq!(j.set_value_only().unwrap_err().code, EXIT_BAD_ARGS);
+        let tp = Printer::new(Format::Table, false);
+        assert_eq!(
+            tp.get(&g, false).unwrap_err().msg,
+            "table not supported as output format"
+        );
+    }
+
+    #[test]
+    fn status_rows() {
+        let s = StatusResponse {
+            header: hdr(4),
+            version: "3.4.23".into(),
+            db_size: 20480,
+            leader: 3319814642761637952,
+            raft_index: 7,
+            raft_term: 2,
+            raft_applied_index: 7,
+            db_size_in_use: 16384,
+            ..Default::default()
+        };
+        let list = vec![("127.0.0.1:23790".to_string(), s)];
+        let p = Printer::new(Format::Simple, false);
+        assert_eq!(
+            p.endpoint_status(&list).unwrap().stdout,
+            "127.0.0.1:23790, 2e1259d415f2a040, 3.4.23, 20 kB, true, false, 2, 7, 7, \n"
+        );
+        assert_eq!(
+            json_endpoint_status(&list),
+            r#"[{"Endpoint":"127.0.0.1:23790","Status":{"header":{"cluster_id":324952591200643719,"member_id":3319814642761637952,"revision":4,"raft_term":2},"version":"3.4.23","dbSize":20480,"leader":3319814642761637952,"raftIndex":7,"raftTerm":2,"raftAppliedIndex":7,"dbSizeInUse":16384}}]"#
+        );
+    }
+}
