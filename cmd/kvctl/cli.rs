@@ -15,6 +15,22 @@ pub fn parse_go_bool(s: &str) -> Result<bool, String> {
     }
 }
 
+/// Parses an integer flag with Go's `strconv.ParseInt` error text.
+pub fn parse_go_int(s: &str) -> Result<i64, String> {
+    s.parse::<i64>().map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        };
+        format!(
+            "strconv.ParseInt: parsing {}: {why}",
+            crate::gofmt::quote(s.as_bytes())
+        )
+    })
+}
+
 /// Parses a Go `time.Duration` string such as `5s`, `1.5s`, `500ms` or `1m30s`.
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let err = || {
@@ -167,7 +183,7 @@ pub struct GetArgs {
     #[arg(long, default_value = "")]
     pub sort_by: String,
     /// Maximum number of results
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_go_int)]
     pub limit: i64,
     /// Get keys with matching prefix
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
@@ -176,7 +192,7 @@ pub struct GetArgs {
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
     pub from_key: bool,
     /// Specify the kv revision
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_go_int)]
     pub rev: i64,
     /// Get only the keys
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]

@@ -37,14 +37,21 @@ fn usage_error(e: &clap::Error) -> String {
             "unknown command \"{}\" for \"etcdctl\"",
             ctx(ContextKind::InvalidSubcommand)
         ),
-        ErrorKind::InvalidValue | ErrorKind::ValueValidation => format!(
-            "invalid argument \"{}\" for \"{}\" flag",
-            ctx(ContextKind::InvalidValue),
-            ctx(ContextKind::InvalidArg)
-                .split(' ')
-                .next()
-                .unwrap_or_default()
-        ),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            let flag = ctx(ContextKind::InvalidArg);
+            let flag = flag.split([' ', '[', '=']).next().unwrap_or_default();
+            let mut msg = format!(
+                "invalid argument \"{}\" for \"{flag}\" flag",
+                ctx(ContextKind::InvalidValue)
+            );
+            // clap renders "invalid value 'V' for 'FLAG': REASON"; REASON is the Go-style text.
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            if let Some((_, reason)) = first.split_once("': ") {
+                msg.push_str(&format!(": {reason}"));
+            }
+            msg
+        }
         _ => {
             let rendered = e.to_string();
             let first = rendered.lines().next().unwrap_or_default();
@@ -65,7 +72,14 @@ fn main() {
                 std::process::exit(0);
             }
             _ => {
-                eprintln!("Error: {}", usage_error(&e));
+                // cobra reports the error, then the usage (stdout; not reproduced), then the
+                // error again.
+                let msg = usage_error(&e);
+                if e.kind() == ErrorKind::InvalidSubcommand {
+                    eprint!("Error: {msg}\nRun 'etcdctl --help' for usage.\nError: {msg}\n");
+                } else {
+                    eprint!("Error: {msg}\n\nError: {msg}\n");
+                }
                 std::process::exit(EXIT_ERROR);
             }
         },

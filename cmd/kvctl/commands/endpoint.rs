@@ -110,15 +110,19 @@ async fn check_health(ep: String, dial_timeout: Duration, timeout: Duration) -> 
 
 pub async fn health(ctx: &Ctx, cluster: bool) -> Result<i32, CliError> {
     let eps = endpoints(ctx, cluster).await?;
-    let checks = eps.into_iter().map(|ep| {
-        tokio::spawn(check_health(
-            ep,
-            ctx.global.dial_timeout,
-            ctx.global.command_timeout,
-        ))
-    });
+    // Like etcdctl, results are listed in the order the checks finish.
+    let mut checks: futures::stream::FuturesUnordered<_> = eps
+        .into_iter()
+        .map(|ep| {
+            tokio::spawn(check_health(
+                ep,
+                ctx.global.dial_timeout,
+                ctx.global.command_timeout,
+            ))
+        })
+        .collect();
     let mut list = Vec::new();
-    for h in futures::future::join_all(checks).await {
+    while let Some(h) = futures::StreamExt::next(&mut checks).await {
         list.push(h.map_err(|e| CliError::new(EXIT_ERROR, e.to_string()))?);
     }
     emit(&ctx.printer.endpoint_health(&list)?);
