@@ -1,4 +1,5 @@
 //! Command line definitions. Flag names, defaults and environment variables follow etcdctl 3.4.
+use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -154,7 +155,8 @@ pub enum Command {
 #[derive(Args, Debug, Clone, Default)]
 pub struct PutArgs {
     /// <key> [value]
-    pub args: Vec<String>,
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
     /// lease ID (in hexadecimal) to attach to the key
     #[arg(long, default_value = "0")]
     pub lease: String,
@@ -172,7 +174,8 @@ pub struct PutArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct GetArgs {
     /// <key> [range_end]
-    pub args: Vec<String>,
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
     /// Linearizable(l) or Serializable(s)
     #[arg(long, default_value = "l")]
     pub consistency: String,
@@ -208,7 +211,8 @@ pub struct GetArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct DelArgs {
     /// <key> [range_end]
-    pub args: Vec<String>,
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
     /// delete keys with matching prefix
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
     pub prefix: bool,
@@ -316,7 +320,7 @@ mod tests {
         match cli.command {
             Command::Get(g) => {
                 assert!(g.prefix);
-                assert_eq!(g.args, vec!["k"]);
+                assert_eq!(g.args, vec![OsString::from("k")]);
             }
             _ => panic!(),
         }

@@ -1,6 +1,8 @@
 //! Translation of `put`/`get`/`del` arguments into requests, following etcdctl's
 //! `getPutOp`/`getGetOp`/`getDelOp` and clientv3's option semantics.
+use std::ffi::OsString;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 
 use kvd::proto::etcdserverpb::{
     range_request::{SortOrder, SortTarget},
@@ -9,6 +11,11 @@ use kvd::proto::etcdserverpb::{
 
 use crate::cli::{DelArgs, GetArgs, PutArgs};
 use crate::error::{CliError, EXIT_BAD_FEATURE};
+
+/// The bytes of a command line argument (Go passes arguments through unchanged).
+fn bytes(s: &OsString) -> Vec<u8> {
+    s.as_bytes().to_vec()
+}
 
 /// clientv3's `getPrefix`: the smallest key greater than every key with the given prefix.
 pub fn prefix_end(key: &[u8]) -> Vec<u8> {
@@ -36,7 +43,7 @@ pub fn put_request(a: &PutArgs, stdin: Option<&mut dyn Read>) -> Result<PutReque
     let mut value = Vec::new();
     if !a.ignore_value {
         if let Some(v) = a.args.get(1) {
-            value = v.clone().into_bytes();
+            value = bytes(v);
         } else {
             let read = match stdin {
                 Some(r) => r.read_to_end(&mut value).is_ok(),
@@ -49,7 +56,7 @@ pub fn put_request(a: &PutArgs, stdin: Option<&mut dyn Read>) -> Result<PutReque
     }
     let lease = parse_lease(&a.lease)?;
     Ok(PutRequest {
-        key: key.clone().into_bytes(),
+        key: bytes(key),
         value,
         lease,
         prev_kv: a.prev_kv,
@@ -100,12 +107,12 @@ pub fn range_request(a: &GetArgs) -> Result<RangeRequest, CliError> {
             ))
         }
     }
-    let mut key = first.clone().into_bytes();
+    let mut key = bytes(first);
     if let Some(end) = a.args.get(1) {
         if a.prefix || a.from_key {
             return Err(too_many_args());
         }
-        r.range_end = end.clone().into_bytes();
+        r.range_end = bytes(end);
     }
     r.limit = a.limit;
     if a.rev > 0 {
@@ -180,12 +187,12 @@ pub fn delete_request(a: &DelArgs) -> Result<DeleteRangeRequest, CliError> {
         ));
     }
     let mut r = DeleteRangeRequest::default();
-    let mut key = a.args[0].clone().into_bytes();
+    let mut key = bytes(&a.args[0]);
     if let Some(end) = a.args.get(1) {
         if a.prefix || a.from_key {
             return Err(too_many_args());
         }
-        r.range_end = end.clone().into_bytes();
+        r.range_end = bytes(end);
     }
     if a.prefix {
         if key.is_empty() {
@@ -212,7 +219,7 @@ mod tests {
 
     fn get(args: &[&str]) -> GetArgs {
         GetArgs {
-            args: args.iter().map(|s| s.to_string()).collect(),
+            args: args.iter().map(OsString::from).collect(),
             consistency: "l".into(),
             ..Default::default()
         }

@@ -43,15 +43,15 @@ impl Format {
 /// Text to write, and where: etcdctl writes some results (endpoint health) to stderr.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Output {
-    pub stdout: String,
-    pub stderr: String,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
 }
 
 impl Output {
-    fn out(s: String) -> Self {
+    fn out(s: impl Into<Vec<u8>>) -> Self {
         Output {
-            stdout: s,
-            stderr: String::new(),
+            stdout: s.into(),
+            stderr: Vec::new(),
         }
     }
 }
@@ -104,18 +104,18 @@ impl Printer {
     pub fn put(&self, r: &PutResponse) -> Result<Output, CliError> {
         Ok(Output::out(match self.format {
             Format::Simple => self.simple_put(r),
-            Format::Json => json_put(r) + "\n",
-            Format::Fields => fields_put(r),
+            Format::Json => (json_put(r) + "\n").into_bytes(),
+            Format::Fields => fields_put(r).into_bytes(),
             Format::Table => return Err(self.unsupported()),
         }))
     }
 
     pub fn get(&self, r: &RangeResponse, count_only: bool) -> Result<Output, CliError> {
         Ok(Output::out(match self.format {
-            Format::Simple if count_only => format!("{}\n", r.count),
+            Format::Simple if count_only => format!("{}\n", r.count).into_bytes(),
             Format::Simple => self.simple_get(r),
-            Format::Json => json_range(r) + "\n",
-            Format::Fields => fields_get(r),
+            Format::Json => (json_range(r) + "\n").into_bytes(),
+            Format::Fields => fields_get(r).into_bytes(),
             Format::Table => return Err(self.unsupported()),
         }))
     }
@@ -123,8 +123,8 @@ impl Printer {
     pub fn del(&self, r: &DeleteRangeResponse) -> Result<Output, CliError> {
         Ok(Output::out(match self.format {
             Format::Simple => self.simple_del(r),
-            Format::Json => json_del(r) + "\n",
-            Format::Fields => fields_del(r),
+            Format::Json => (json_del(r) + "\n").into_bytes(),
+            Format::Fields => fields_del(r).into_bytes(),
             Format::Table => return Err(self.unsupported()),
         }))
     }
@@ -132,8 +132,8 @@ impl Printer {
     pub fn txn(&self, r: &TxnResponse) -> Result<Output, CliError> {
         Ok(Output::out(match self.format {
             Format::Simple => self.simple_txn(r),
-            Format::Json => json_txn(r) + "\n",
-            Format::Fields => fields_txn(r),
+            Format::Json => (json_txn(r) + "\n").into_bytes(),
+            Format::Fields => fields_txn(r).into_bytes(),
             Format::Table => return Err(self.unsupported()),
         }))
     }
@@ -141,7 +141,7 @@ impl Printer {
     pub fn member_list(&self, r: &MemberListResponse) -> Result<Output, CliError> {
         let (hdr, rows) = member_list_table(r);
         Ok(Output::out(match self.format {
-            Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect(),
+            Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect::<String>(),
             Format::Json => json_member_list(r) + "\n",
             Format::Fields => fields_member_list(r),
             Format::Table => table::render(&hdr, &rows),
@@ -151,7 +151,7 @@ impl Printer {
     pub fn endpoint_status(&self, list: &[(String, StatusResponse)]) -> Result<Output, CliError> {
         let (hdr, rows) = endpoint_status_table(list);
         Ok(Output::out(match self.format {
-            Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect(),
+            Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect::<String>(),
             Format::Json => json_endpoint_status(list) + "\n",
             Format::Fields => fields_endpoint_status(list),
             Format::Table => table::render(&hdr, &rows),
@@ -161,7 +161,7 @@ impl Printer {
     pub fn endpoint_health(&self, list: &[EpHealth]) -> Result<Output, CliError> {
         Ok(match self.format {
             Format::Simple => Output {
-                stdout: String::new(),
+                stdout: Vec::new(),
                 stderr: list
                     .iter()
                     .map(|h| {
@@ -178,7 +178,8 @@ impl Printer {
                             )
                         }
                     })
-                    .collect(),
+                    .collect::<String>()
+                    .into_bytes(),
             },
             Format::Json => Output::out(json_endpoint_health(list) + "\n"),
             Format::Fields => Output::out(
@@ -192,7 +193,7 @@ impl Printer {
                             h.error
                         )
                     })
-                    .collect(),
+                    .collect::<String>(),
             ),
             Format::Table => {
                 let rows: Vec<Vec<String>> = list
@@ -214,69 +215,67 @@ impl Printer {
         })
     }
 
-    fn simple_kv(&self, out: &mut String, kv: &KeyValue) {
+    fn simple_kv(&self, out: &mut Vec<u8>, kv: &KeyValue) {
+        // Keys and values are written as raw bytes, like Go's fmt.Println(string(b)).
         let (k, v) = if self.hex {
-            (hex_prefixed(&kv.key), hex_prefixed(&kv.value))
+            (
+                hex_prefixed(&kv.key).into_bytes(),
+                hex_prefixed(&kv.value).into_bytes(),
+            )
         } else {
-            (lossy(&kv.key), lossy(&kv.value))
+            (kv.key.clone(), kv.value.clone())
         };
         if !self.value_only {
-            out.push_str(&k);
-            out.push('\n');
+            out.extend_from_slice(&k);
+            out.push(b'\n');
         }
-        out.push_str(&v);
-        out.push('\n');
+        out.extend_from_slice(&v);
+        out.push(b'\n');
     }
 
-    fn simple_put(&self, r: &PutResponse) -> String {
-        let mut out = String::from("OK\n");
+    fn simple_put(&self, r: &PutResponse) -> Vec<u8> {
+        let mut out = b"OK\n".to_vec();
         if let Some(kv) = &r.prev_kv {
             self.simple_kv(&mut out, kv);
         }
         out
     }
 
-    fn simple_get(&self, r: &RangeResponse) -> String {
-        let mut out = String::new();
+    fn simple_get(&self, r: &RangeResponse) -> Vec<u8> {
+        let mut out = Vec::new();
         for kv in &r.kvs {
             self.simple_kv(&mut out, kv);
         }
         out
     }
 
-    fn simple_del(&self, r: &DeleteRangeResponse) -> String {
-        let mut out = format!("{}\n", r.deleted);
+    fn simple_del(&self, r: &DeleteRangeResponse) -> Vec<u8> {
+        let mut out = format!("{}\n", r.deleted).into_bytes();
         for kv in &r.prev_kvs {
             self.simple_kv(&mut out, kv);
         }
         out
     }
 
-    fn simple_txn(&self, r: &TxnResponse) -> String {
-        let mut out = String::from(if r.succeeded {
-            "SUCCESS\n"
+    fn simple_txn(&self, r: &TxnResponse) -> Vec<u8> {
+        let mut out = if r.succeeded {
+            b"SUCCESS\n".to_vec()
         } else {
-            "FAILURE\n"
-        });
+            b"FAILURE\n".to_vec()
+        };
         for op in &r.responses {
-            out.push('\n');
+            out.push(b'\n');
             match &op.response {
-                Some(response_op::Response::ResponseRange(g)) => out.push_str(&self.simple_get(g)),
-                Some(response_op::Response::ResponsePut(p)) => out.push_str(&self.simple_put(p)),
+                Some(response_op::Response::ResponseRange(g)) => out.extend(self.simple_get(g)),
+                Some(response_op::Response::ResponsePut(p)) => out.extend(self.simple_put(p)),
                 Some(response_op::Response::ResponseDeleteRange(d)) => {
-                    out.push_str(&self.simple_del(d))
+                    out.extend(self.simple_del(d))
                 }
-                _ => out.push_str(&format!("unexpected response {op:?}\n")),
+                _ => out.extend(format!("unexpected response {op:?}\n").into_bytes()),
             }
         }
         out
     }
-}
-
-/// Go's `string(bytes)` written to a terminal: bytes pass through unchanged. Rust strings must be
-/// UTF-8, so invalid sequences are replaced; callers that need raw bytes use `--hex`.
-fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 // ---------------------------------------------------------------- JSON
@@ -800,22 +799,32 @@ mod tests {
                 },
             ],
         };
-        assert_eq!(p.txn(&t).unwrap().stdout, "FAILURE\n\nOK\n\na\n1\n");
+        assert_eq!(p.txn(&t).unwrap().stdout, b"FAILURE\n\nOK\n\na\n1\n");
         let d = DeleteRangeResponse {
             deleted: 1,
             prev_kvs: vec![kv("k", "v", 1, 1, 1)],
             ..Default::default()
         };
-        assert_eq!(p.del(&d).unwrap().stdout, "1\nk\nv\n");
+        assert_eq!(p.del(&d).unwrap().stdout, b"1\nk\nv\n");
         let hexp = Printer::new(Format::Simple, true);
         let g = RangeResponse {
             kvs: vec![kv("a", "1", 1, 1, 1)],
             ..Default::default()
         };
-        assert_eq!(hexp.get(&g, false).unwrap().stdout, "\\x61\n\\x31\n");
+        assert_eq!(hexp.get(&g, false).unwrap().stdout, b"\\x61\n\\x31\n");
+        let raw = RangeResponse {
+            kvs: vec![KeyValue {
+                key: b"k\xff".to_vec(),
+                value: b"v\x01\xfe".to_vec(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(p.get(&raw, false).unwrap().stdout, b"k\xff\nv\x01\xfe\n");
+        assert!(fields_get(&raw).contains("\"Key\" : \"k\\xff\"\n\"CreateRevision\""));
         let mut vo = Printer::new(Format::Simple, false);
         vo.set_value_only().unwrap();
-        assert_eq!(vo.get(&g, false).unwrap().stdout, "1\n");
+        assert_eq!(vo.get(&g, false).unwrap().stdout, b"1\n");
         let mut j = Printer::new(Format::Json, false);
         assert_eq!(j.set_value_only().unwrap_err().code, EXIT_BAD_ARGS);
         let tp = Printer::new(Format::Table, false);
@@ -842,7 +851,7 @@ mod tests {
         let p = Printer::new(Format::Simple, false);
         assert_eq!(
             p.endpoint_status(&list).unwrap().stdout,
-            "127.0.0.1:23790, 2e1259d415f2a040, 3.4.23, 20 kB, true, false, 2, 7, 7, \n"
+            b"127.0.0.1:23790, 2e1259d415f2a040, 3.4.23, 20 kB, true, false, 2, 7, 7, \n"
         );
         assert_eq!(
             json_endpoint_status(&list),

@@ -1,7 +1,9 @@
 //! etcdctl's txn input format: compares, a blank line, success requests, a blank line, failure
 //! requests, a blank line. Every line must end with a newline (etcdctl 3.4 fails with `EOF`
 //! otherwise).
+use std::ffi::OsString;
 use std::io::BufRead;
+use std::os::unix::ffi::OsStringExt;
 
 use clap::Parser;
 use kvd::proto::etcdserverpb::{
@@ -124,7 +126,7 @@ pub fn parse_compare(line: &str) -> Result<Compare, CliError> {
 
 /// etcdctl's `argify`: splits a line into words, honouring "double" (Go-escaped) and 'single'
 /// quotes. It keeps etcdctl 3.4's quirk of trimming single-quoted words by the number of words.
-pub fn argify(s: &str) -> Result<Vec<String>, CliError> {
+pub fn argify(s: &str) -> Result<Vec<OsString>, CliError> {
     let b = s.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -172,19 +174,21 @@ pub fn argify(s: &str) -> Result<Vec<String>, CliError> {
         }
     }
     let n = out.len();
-    for arg in out.iter_mut() {
-        if arg.starts_with('\'') {
-            // etcdctl 3.4 slices with len(args) instead of len(arg).
-            *arg = arg
-                .get(1..n.saturating_sub(1).max(1))
-                .ok_or_else(|| invalid(format!("invalid quoting: {arg}")))?
-                .to_string();
-        } else if arg.starts_with('"') {
-            let (v, _) = unquote_prefix(arg).map_err(invalid)?;
-            *arg = String::from_utf8_lossy(&v).into_owned();
-        }
-    }
-    Ok(out)
+    out.into_iter()
+        .map(|arg| {
+            if arg.starts_with('\'') {
+                // etcdctl 3.4 slices with len(args) instead of len(arg).
+                arg.get(1..n.saturating_sub(1).max(1))
+                    .map(OsString::from)
+                    .ok_or_else(|| invalid(format!("invalid quoting: {arg}")))
+            } else if arg.starts_with('"') {
+                let (v, _) = unquote_prefix(&arg).map_err(invalid)?;
+                Ok(OsString::from_vec(v))
+            } else {
+                Ok(OsString::from(arg))
+            }
+        })
+        .collect()
 }
 
 /// Parses one `get`/`put`/`del` request line of a txn.

@@ -41,12 +41,12 @@ impl Ctx {
 pub fn emit(o: &Output) {
     if !o.stdout.is_empty() {
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(o.stdout.as_bytes());
+        let _ = out.write_all(&o.stdout);
         let _ = out.flush();
     }
     if !o.stderr.is_empty() {
         let mut err = std::io::stderr().lock();
-        let _ = err.write_all(o.stderr.as_bytes());
+        let _ = err.write_all(&o.stderr);
         let _ = err.flush();
     }
 }
