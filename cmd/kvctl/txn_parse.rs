@@ -109,6 +109,13 @@ pub fn parse_compare(line: &str) -> Result<Compare, CliError> {
         "c" | "create" => (CompareTarget::Create, TargetUnion::CreateRevision(int()?)),
         "m" | "mod" => (CompareTarget::Mod, TargetUnion::ModRevision(int()?)),
         "val" | "value" => (CompareTarget::Value, TargetUnion::Value(val.clone())),
+        // etcdctl 3.4 accepts this target but then panics; kvctl takes the lease ID in hex,
+        // as `put --lease` does.
+        "lease" => {
+            let id = i64::from_str_radix(&String::from_utf8_lossy(&val), 16)
+                .map_err(|_| invalid(format!("invalid txn compare request: {line}")))?;
+            (CompareTarget::Lease, TargetUnion::Lease(id))
+        }
         _ => {
             return Err(invalid(format!(
                 "malformed comparison: {line} (unknown target {target})"
@@ -226,6 +233,9 @@ mod tests {
         assert_eq!(c.result, CompareResult::NotEqual as i32);
         let c = parse_compare(r#"c("k") = "3""#).unwrap();
         assert_eq!(c.target_union, Some(TargetUnion::CreateRevision(3)));
+        let c = parse_compare(r#"lease("k") = "1f""#).unwrap();
+        assert_eq!(c.target, CompareTarget::Lease as i32);
+        assert_eq!(c.target_union, Some(TargetUnion::Lease(31)));
         let c = parse_compare(r#"version("k") < "3""#).unwrap();
         assert_eq!(c.target_union, Some(TargetUnion::Version(3)));
         let e = parse_compare(r#"version("k") < "x""#).unwrap_err();
