@@ -17,6 +17,7 @@ pub enum Format {
     Json,
     Table,
     Fields,
+    Protobuf,
 }
 
 impl Format {
@@ -26,6 +27,7 @@ impl Format {
             "json" => Ok(Format::Json),
             "table" => Ok(Format::Table),
             "fields" => Ok(Format::Fields),
+            "protobuf" => Ok(Format::Protobuf),
             _ => Err(CliError::new(EXIT_BAD_FEATURE, "unsupported output format")),
         }
     }
@@ -36,6 +38,7 @@ impl Format {
             Format::Json => "json",
             Format::Table => "table",
             Format::Fields => "fields",
+            Format::Protobuf => "protobuf",
         }
     }
 }
@@ -106,6 +109,7 @@ impl Printer {
             Format::Simple => self.simple_put(r),
             Format::Json => (json_put(r) + "\n").into_bytes(),
             Format::Fields => fields_put(r).into_bytes(),
+            Format::Protobuf => protobuf(r),
             Format::Table => return Err(self.unsupported()),
         }))
     }
@@ -116,6 +120,7 @@ impl Printer {
             Format::Simple => self.simple_get(r),
             Format::Json => (json_range(r) + "\n").into_bytes(),
             Format::Fields => fields_get(r).into_bytes(),
+            Format::Protobuf => protobuf(r),
             Format::Table => return Err(self.unsupported()),
         }))
     }
@@ -125,6 +130,7 @@ impl Printer {
             Format::Simple => self.simple_del(r),
             Format::Json => (json_del(r) + "\n").into_bytes(),
             Format::Fields => fields_del(r).into_bytes(),
+            Format::Protobuf => protobuf(r),
             Format::Table => return Err(self.unsupported()),
         }))
     }
@@ -134,6 +140,7 @@ impl Printer {
             Format::Simple => self.simple_txn(r),
             Format::Json => (json_txn(r) + "\n").into_bytes(),
             Format::Fields => fields_txn(r).into_bytes(),
+            Format::Protobuf => protobuf(r),
             Format::Table => return Err(self.unsupported()),
         }))
     }
@@ -141,10 +148,15 @@ impl Printer {
     pub fn member_list(&self, r: &MemberListResponse) -> Result<Output, CliError> {
         let (hdr, rows) = member_list_table(r);
         Ok(Output::out(match self.format {
-            Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect::<String>(),
-            Format::Json => json_member_list(r) + "\n",
-            Format::Fields => fields_member_list(r),
-            Format::Table => table::render(&hdr, &rows),
+            Format::Simple => rows
+                .iter()
+                .map(|r| r.join(", ") + "\n")
+                .collect::<String>()
+                .into_bytes(),
+            Format::Json => (json_member_list(r) + "\n").into_bytes(),
+            Format::Fields => fields_member_list(r).into_bytes(),
+            Format::Protobuf => protobuf(r),
+            Format::Table => table::render(&hdr, &rows).into_bytes(),
         }))
     }
 
@@ -154,6 +166,7 @@ impl Printer {
             Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect::<String>(),
             Format::Json => json_endpoint_status(list) + "\n",
             Format::Fields => fields_endpoint_status(list),
+            Format::Protobuf => return Err(self.unsupported()),
             Format::Table => table::render(&hdr, &rows),
         }))
     }
@@ -195,6 +208,7 @@ impl Printer {
                     })
                     .collect::<String>(),
             ),
+            Format::Protobuf => return Err(self.unsupported()),
             Format::Table => {
                 let rows: Vec<Vec<String>> = list
                     .iter()
@@ -276,6 +290,13 @@ impl Printer {
         }
         out
     }
+}
+
+// ---------------------------------------------------------------- protobuf
+
+/// etcdctl's protobuf output: the marshaled response, raw.
+fn protobuf<M: prost::Message>(m: &M) -> Vec<u8> {
+    m.encode_to_vec()
 }
 
 // ---------------------------------------------------------------- JSON
