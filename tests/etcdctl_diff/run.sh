@@ -9,6 +9,7 @@
 #                 compare kvctl with etcdctl)
 #   COMMANDS      command file (default: commands.txt next to this script)
 #   KEEP_OUT=1    keep the raw and normalised outputs (their directory is printed)
+#   CMD_TIMEOUT   seconds after which a single command is killed (default 30; exit 124)
 #
 # Command file syntax: one etcdctl command line per line, in shell quoting, without the
 # `etcdctl --endpoints=...` prefix. Blank lines and lines starting with '#' are ignored.
@@ -72,8 +73,9 @@ run_all() {
         esac
         local -a args
         eval "args=($cmd)"
+        # etcdctl's txn has no deadline: bound every command so a stuck server cannot hang the run.
         # shellcheck disable=SC2086
-        $ctl --endpoints="$ep" "${args[@]}" <"$stdin_file" >"$o" 2>"$e"
+        timeout "${CMD_TIMEOUT:-30}" $ctl --endpoints="$ep" "${args[@]}" <"$stdin_file" >"$o" 2>"$e"
         rc=$?
         {
             printf '### %d: %s\n' "$n" "$line"
