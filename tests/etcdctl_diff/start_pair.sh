@@ -44,7 +44,7 @@ free_port() {
     done
 }
 
-# start NAME BINARY -> sets CLIENT_URL
+# start NAME BINARY -> sets CLIENT_URL and SERVER_PID
 start() {
     local name=$1 bin=$2 client peer
     client=$(free_port)
@@ -58,13 +58,19 @@ start() {
         --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
         --initial-cluster "node1=http://127.0.0.1:$peer" \
         >"$WORK/$name/log" 2>&1 &
-    PIDS+=($!)
+    SERVER_PID=$!
+    PIDS+=("$SERVER_PID")
     CLIENT_URL=127.0.0.1:$client
 }
 
 wait_ready() {
-    local name=$1 ep=$2
-    for _ in $(seq 1 100); do
+    local name=$1 ep=$2 pid=$3
+    for _ in $(seq 1 60); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "$name exited before becoming ready; its log:" >&2
+            tail -n 30 "$WORK/$name/log" >&2
+            exit 2
+        fi
         if "$ETCDCTL" --endpoints="$ep" --command-timeout=1s endpoint health >/dev/null 2>&1; then
             return 0
         fi
@@ -81,9 +87,11 @@ if [[ ! -x $KVD_BIN ]] && ! command -v "$KVD_BIN" >/dev/null; then
 fi
 start etcd "$ETCD_BIN"
 EP_A=$CLIENT_URL
+PID_A=$SERVER_PID
 start kvd "$KVD_BIN"
 EP_B=$CLIENT_URL
-wait_ready etcd "$EP_A"
-wait_ready kvd "$EP_B"
+PID_B=$SERVER_PID
+wait_ready etcd "$EP_A" "$PID_A"
+wait_ready kvd "$EP_B" "$PID_B"
 echo "etcd at $EP_A, kvd ($KVD_BIN) at $EP_B" >&2
 "$HERE/run.sh" "$EP_A" "$EP_B"
