@@ -13,13 +13,19 @@ use crate::error::CliError;
 /// etcd's clientv3 default limit for requests it sends (`MaxCallSendMsgSize`).
 pub const MAX_SEND_MSG_SIZE: usize = 2 * 1024 * 1024;
 
-/// Turns an etcdctl endpoint (`host:port` or a URL) into a URL tonic accepts.
-pub fn endpoint_url(ep: &str) -> String {
+/// Turns an etcdctl endpoint (`host:port` or an `http://` URL) into a URL tonic accepts.
+/// TLS is not supported.
+pub fn endpoint_url(ep: &str) -> Result<String, CliError> {
+    if ep.starts_with("https://") || ep.starts_with("unixs://") {
+        return Err(CliError::new(
+            crate::error::EXIT_ERROR,
+            format!("kvctl does not support TLS endpoints: {ep}"),
+        ));
+    }
     if ep.contains("://") {
-        ep.replacen("unix://", "http://", 1)
-            .replacen("https://", "http://", 1)
+        Ok(ep.to_string())
     } else {
-        format!("http://{ep}")
+        Ok(format!("http://{ep}"))
     }
 }
 
@@ -45,7 +51,7 @@ impl Conn {
                 if now >= deadline {
                     return Err(CliError::deadline());
                 }
-                let url = endpoint_url(ep.trim());
+                let url = endpoint_url(ep.trim())?;
                 let endpoint = match Endpoint::from_shared(url) {
                     Ok(e) => e,
                     Err(e) => return Err(CliError::bad_args(e.to_string())),
@@ -109,7 +115,11 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(endpoint_url("127.0.0.1:2379"), "http://127.0.0.1:2379");
-        assert_eq!(endpoint_url("http://a:1"), "http://a:1");
+        assert_eq!(
+            endpoint_url("127.0.0.1:2379").unwrap(),
+            "http://127.0.0.1:2379"
+        );
+        assert_eq!(endpoint_url("http://a:1").unwrap(), "http://a:1");
+        assert!(endpoint_url("https://a:1").is_err());
     }
 }
