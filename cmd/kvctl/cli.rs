@@ -1,0 +1,333 @@
+//! Command line definitions. Flag names, defaults and environment variables follow etcdctl 3.4.
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Parses a boolean the way Go's `strconv.ParseBool` does (cobra/pflag bool flags).
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "strconv.ParseBool: parsing {}: invalid syntax",
+            crate::gofmt::quote(s.as_bytes())
+        )),
+    }
+}
+
+/// Parses an integer flag with Go's `strconv.ParseInt` error text.
+pub fn parse_go_int(s: &str) -> Result<i64, String> {
+    s.parse::<i64>().map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        };
+        format!(
+            "strconv.ParseInt: parsing {}: {why}",
+            crate::gofmt::quote(s.as_bytes())
+        )
+    })
+}
+
+/// Parses a Go `time.Duration` string such as `5s`, `1.5s`, `500ms` or `1m30s`.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let err = || {
+        format!(
+            "time: invalid duration {}",
+            crate::gofmt::quote(s.as_bytes())
+        )
+    };
+    let mut rest = s;
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() || rest.starts_with('-') {
+        return Err(err());
+    }
+    rest = rest.strip_prefix('+').unwrap_or(rest);
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        if num_len == 0 {
+            return Err(err());
+        }
+        let num: f64 = rest[..num_len].parse().map_err(|_| err())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let mult = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(err()),
+        };
+        total += num * mult;
+        rest = &rest[unit_len..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kvctl",
+    about = "A simple command line client for kvd (etcdctl 3.4 compatible)",
+    disable_version_flag = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// gRPC endpoints
+    #[arg(
+        long,
+        global = true,
+        env = "ETCDCTL_ENDPOINTS",
+        default_value = "127.0.0.1:2379",
+        value_delimiter = ','
+    )]
+    pub endpoints: Vec<String>,
+    /// dial timeout for client connections
+    #[arg(long, global = true, env = "ETCDCTL_DIAL_TIMEOUT", default_value = "2s", value_parser = parse_go_duration)]
+    pub dial_timeout: Duration,
+    /// timeout for short running command (excluding dial timeout)
+    #[arg(long, global = true, env = "ETCDCTL_COMMAND_TIMEOUT", default_value = "5s", value_parser = parse_go_duration)]
+    pub command_timeout: Duration,
+    /// keepalive time for client connections (accepted for compatibility)
+    #[arg(long, global = true, env = "ETCDCTL_KEEPALIVE_TIME", default_value = "2s", value_parser = parse_go_duration)]
+    pub keepalive_time: Duration,
+    /// keepalive timeout for client connections (accepted for compatibility)
+    #[arg(long, global = true, env = "ETCDCTL_KEEPALIVE_TIMEOUT", default_value = "6s", value_parser = parse_go_duration)]
+    pub keepalive_timeout: Duration,
+    /// set the output format (fields, json, simple, table)
+    #[arg(
+        short = 'w',
+        long,
+        global = true,
+        env = "ETCDCTL_WRITE_OUT",
+        default_value = "simple"
+    )]
+    pub write_out: String,
+    /// print byte strings as hex encoded strings
+    #[arg(long, global = true, env = "ETCDCTL_HEX", num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub hex: bool,
+    /// enable client-side debug logging (accepted, no effect)
+    #[arg(long, global = true, env = "ETCDCTL_DEBUG", num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub debug: bool,
+    /// disable transport security for client connections (only plaintext is supported)
+    #[arg(long, global = true, env = "ETCDCTL_INSECURE_TRANSPORT", num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub insecure_transport: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Puts the given key into the store
+    Put(PutArgs),
+    /// Gets the key or a range of keys
+    Get(GetArgs),
+    /// Removes the specified key or range of keys [key, range_end)
+    Del(DelArgs),
+    /// Txn processes all the requests in one transaction
+    Txn(TxnArgs),
+    /// Compacts the event history in etcd
+    Compaction(CompactionArgs),
+    /// Endpoint related commands
+    Endpoint(EndpointArgs),
+    /// Membership related commands
+    Member(MemberArgs),
+    /// Prints the version of etcdctl
+    Version,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct PutArgs {
+    /// <key> [value]
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
+    /// lease ID (in hexadecimal) to attach to the key
+    #[arg(long, default_value = "0")]
+    pub lease: String,
+    /// return the previous key-value pair before modification
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub prev_kv: bool,
+    /// updates the key using its current value
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub ignore_value: bool,
+    /// updates the key using its current lease
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub ignore_lease: bool,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct GetArgs {
+    /// <key> [range_end]
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
+    /// Linearizable(l) or Serializable(s)
+    #[arg(long, default_value = "l")]
+    pub consistency: String,
+    /// Order of results; ASCEND or DESCEND (ASCEND by default)
+    #[arg(long, default_value = "")]
+    pub order: String,
+    /// Sort target; CREATE, KEY, MODIFY, VALUE, or VERSION
+    #[arg(long, default_value = "")]
+    pub sort_by: String,
+    /// Maximum number of results
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_go_int)]
+    pub limit: i64,
+    /// Get keys with matching prefix
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub prefix: bool,
+    /// Get keys that are greater than or equal to the given key using byte compare
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub from_key: bool,
+    /// Specify the kv revision
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_go_int)]
+    pub rev: i64,
+    /// Get only the keys
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub keys_only: bool,
+    /// Get only the count (extension: etcdctl 3.4 has no such flag)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub count_only: bool,
+    /// Only write values when using the "simple" output format
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub print_value_only: bool,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct DelArgs {
+    /// <key> [range_end]
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
+    /// delete keys with matching prefix
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub prefix: bool,
+    /// return deleted key-value pairs
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub prev_kv: bool,
+    /// delete keys that are greater than or equal to the given key using byte compare
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub from_key: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TxnArgs {
+    /// Unexpected arguments are rejected like etcdctl does
+    pub args: Vec<String>,
+    /// Input transaction in interactive mode
+    #[arg(short = 'i', long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub interactive: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompactionArgs {
+    /// <revision>
+    #[arg(allow_negative_numbers = true)]
+    pub args: Vec<String>,
+    /// Wait for the compaction to physically remove all old revisions
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub physical: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EndpointArgs {
+    /// use all endpoints from the cluster member list
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub cluster: bool,
+    #[command(subcommand)]
+    pub command: EndpointCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EndpointCommand {
+    /// Checks the healthiness of endpoints specified in `--endpoints` flag
+    Health,
+    /// Prints out the status of endpoints specified in `--endpoints` flag
+    Status,
+}
+
+#[derive(Args, Debug)]
+pub struct MemberArgs {
+    #[command(subcommand)]
+    pub command: MemberCommand,
+}
+
+/// Member subcommands. `add`, `remove`, `update` and `promote` are to be added here.
+#[derive(Subcommand, Debug)]
+pub enum MemberCommand {
+    /// Lists all members in the cluster
+    List,
+}
+
+/// The `get`, `put` and `del` requests allowed inside a txn (etcdctl parses them with the same flags).
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true, disable_help_subcommand = true)]
+pub struct TxnOpLine {
+    #[command(subcommand)]
+    pub op: TxnOpCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TxnOpCommand {
+    Put(PutArgs),
+    Get(GetArgs),
+    Del(DelArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_go_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(
+            parse_go_duration("500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(parse_go_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert!(parse_go_duration("5").is_err());
+        assert!(parse_go_duration("x").is_err());
+    }
+
+    #[test]
+    fn bools_and_flags() {
+        let cli = Cli::try_parse_from([
+            "kvctl",
+            "get",
+            "k",
+            "--prefix",
+            "--endpoints=a:1,b:2",
+            "-w",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.endpoints, vec!["a:1", "b:2"]);
+        match cli.command {
+            Command::Get(g) => {
+                assert!(g.prefix);
+                assert_eq!(g.args, vec![OsString::from("k")]);
+            }
+            _ => panic!(),
+        }
+        let cli = Cli::try_parse_from(["kvctl", "get", "--prefix=false", "k"]).unwrap();
+        match cli.command {
+            Command::Get(g) => assert!(!g.prefix),
+            _ => panic!(),
+        }
+    }
+}

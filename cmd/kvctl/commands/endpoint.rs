@@ -1,0 +1,133 @@
+//! `endpoint status` and `endpoint health`, optionally for every member (`--cluster`).
+use std::time::Duration;
+
+use kvd::proto::etcdserverpb::{MemberListRequest, RangeRequest, StatusRequest};
+use tokio::time::Instant;
+
+use crate::client::{with_deadline, Conn};
+use crate::commands::{emit, Ctx};
+use crate::error::{CliError, EXIT_ERROR};
+use crate::output::EpHealth;
+
+/// The endpoints to check: the `--endpoints` as given, or with `--cluster` every member's
+/// client URLs.
+async fn endpoints(ctx: &Ctx, cluster: bool) -> Result<Vec<String>, CliError> {
+    if !cluster {
+        return Ok(ctx.global.endpoints.clone());
+    }
+    let deadline = ctx.deadline();
+    let resp = with_deadline(deadline, async {
+        let conn = ctx.connect(deadline).await?;
+        Ok(conn
+            .cluster()
+            .member_list(MemberListRequest {
+                linearizable: false,
+            })
+            .await?
+            .into_inner())
+    })
+    .await
+    .map_err(|e| {
+        CliError::new(
+            EXIT_ERROR,
+            format!(
+                "failed to fetch endpoints from etcd cluster member list: {}",
+                e.msg
+            ),
+        )
+    })?;
+    Ok(resp
+        .members
+        .into_iter()
+        .flat_map(|m| m.client_ur_ls)
+        .collect())
+}
+
+async fn connect_one(
+    ep: &str,
+    dial_timeout: Duration,
+    deadline: Instant,
+) -> Result<Conn, CliError> {
+    Conn::connect(&[ep.to_string()], dial_timeout, deadline).await
+}
+
+pub async fn status(ctx: &Ctx, cluster: bool) -> Result<i32, CliError> {
+    let mut list = Vec::new();
+    let mut failed = false;
+    for ep in endpoints(ctx, cluster).await? {
+        let deadline = ctx.deadline();
+        let r = with_deadline(deadline, async {
+            let conn = connect_one(&ep, ctx.global.dial_timeout, deadline).await?;
+            Ok(conn
+                .maintenance()
+                .status(StatusRequest {})
+                .await?
+                .into_inner())
+        })
+        .await;
+        match r {
+            Ok(s) => list.push((ep, s)),
+            Err(e) => {
+                failed = true;
+                eprintln!("Failed to get the status of endpoint {ep} ({})", e.msg);
+            }
+        }
+    }
+    emit(&ctx.printer.endpoint_status(&list)?);
+    Ok(if failed { EXIT_ERROR } else { 0 })
+}
+
+async fn check_health(ep: String, dial_timeout: Duration, timeout: Duration) -> EpHealth {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let r = with_deadline(deadline, async {
+        let conn = connect_one(&ep, dial_timeout, deadline).await?;
+        let req = RangeRequest {
+            key: b"health".to_vec(),
+            ..Default::default()
+        };
+        conn.kv().range(req).await?;
+        Ok(())
+    })
+    .await;
+    let took = start.elapsed();
+    match r {
+        // Permission denied still proves that the request went through consensus.
+        Err(e) if e.msg != "etcdserver: permission denied" => EpHealth {
+            ep,
+            health: false,
+            took,
+            error: e.msg,
+        },
+        _ => EpHealth {
+            ep,
+            health: true,
+            took,
+            error: String::new(),
+        },
+    }
+}
+
+pub async fn health(ctx: &Ctx, cluster: bool) -> Result<i32, CliError> {
+    let eps = endpoints(ctx, cluster).await?;
+    // Like etcdctl, results are listed in the order the checks finish.
+    let mut checks: futures::stream::FuturesUnordered<_> = eps
+        .into_iter()
+        .map(|ep| {
+            tokio::spawn(check_health(
+                ep,
+                ctx.global.dial_timeout,
+                ctx.global.command_timeout,
+            ))
+        })
+        .collect();
+    let mut list = Vec::new();
+    while let Some(h) = futures::StreamExt::next(&mut checks).await {
+        list.push(h.map_err(|e| CliError::new(EXIT_ERROR, e.to_string()))?);
+    }
+    emit(&ctx.printer.endpoint_health(&list)?);
+    if list.iter().any(|h| !h.error.is_empty()) {
+        return Err(CliError::new(EXIT_ERROR, "unhealthy cluster"));
+    }
+    Ok(0)
+}

@@ -1,0 +1,79 @@
+//! One module per etcdctl command. Each returns the process exit code, or an error that
+//! `main` prints as `Error: <message>`.
+mod compaction;
+mod endpoint;
+mod kv;
+mod member;
+mod txn;
+
+use std::io::Write;
+
+use tokio::time::Instant;
+
+use crate::cli::{Cli, Command, EndpointCommand, GlobalArgs, MemberCommand};
+use crate::client::Conn;
+use crate::error::CliError;
+use crate::output::{Format, Output, Printer};
+
+/// The emulated etcdctl version printed by `version`.
+pub const ETCDCTL_VERSION: &str = "3.4.23";
+pub const API_VERSION: &str = "3.4";
+
+/// Settings shared by all commands.
+pub struct Ctx {
+    pub global: GlobalArgs,
+    pub printer: Printer,
+}
+
+impl Ctx {
+    /// The deadline of one request (etcdctl's `commandCtx`): connecting counts against it.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.global.command_timeout
+    }
+
+    /// Connects to the configured endpoints.
+    pub async fn connect(&self, deadline: Instant) -> Result<Conn, CliError> {
+        Conn::connect(&self.global.endpoints, self.global.dial_timeout, deadline).await
+    }
+}
+
+/// Writes an output to stdout/stderr.
+pub fn emit(o: &Output) {
+    if !o.stdout.is_empty() {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&o.stdout);
+        let _ = out.flush();
+    }
+    if !o.stderr.is_empty() {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(&o.stderr);
+        let _ = err.flush();
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<i32, CliError> {
+    let format = Format::parse(&cli.global.write_out)?;
+    let ctx = Ctx {
+        printer: Printer::new(format, cli.global.hex),
+        global: cli.global,
+    };
+    match cli.command {
+        Command::Put(a) => kv::put(&ctx, a).await,
+        Command::Get(a) => kv::get(&ctx, a).await,
+        Command::Del(a) => kv::del(&ctx, a).await,
+        Command::Txn(a) => txn::txn(&ctx, a).await,
+        Command::Compaction(a) => compaction::compaction(&ctx, a).await,
+        Command::Endpoint(e) => match e.command {
+            EndpointCommand::Status => endpoint::status(&ctx, e.cluster).await,
+            EndpointCommand::Health => endpoint::health(&ctx, e.cluster).await,
+        },
+        Command::Member(m) => match m.command {
+            MemberCommand::List => member::list(&ctx).await,
+        },
+        Command::Version => {
+            println!("etcdctl version: {ETCDCTL_VERSION}");
+            println!("API version: {API_VERSION}");
+            Ok(0)
+        }
+    }
+}
