@@ -46,6 +46,8 @@ pub struct Cluster {
     pub members: Vec<MemberProc>,
     pub initial_cluster: String,
     pub use_env: bool,
+    /// Extra `kvd` flags for every member (e.g. a small `--snapshot-count`).
+    pub extra_args: Vec<String>,
 }
 
 impl Cluster {
@@ -56,6 +58,11 @@ impl Cluster {
 
     /// Like `start`, but configures members through `ETCD_*` environment variables.
     pub async fn start_with(n: usize, use_env: bool) -> Cluster {
+        Self::start_opts(n, use_env, &[]).await
+    }
+
+    /// Starts `n` members with extra flags.
+    pub async fn start_opts(n: usize, use_env: bool, extra_args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let members: Vec<MemberProc> = (0..n)
             .map(|i| MemberProc {
@@ -77,6 +84,7 @@ impl Cluster {
             members,
             initial_cluster,
             use_env,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..n {
             c.spawn(i);
@@ -111,6 +119,7 @@ impl Cluster {
                 cmd.arg(format!("--{k}={v}"));
             }
         }
+        cmd.args(&self.extra_args);
         cmd.env("KVD_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
