@@ -174,7 +174,9 @@ impl StateMachine {
         self.shared.db.flush()?;
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
-        self.shared.revision_tx.send_replace(mvcc.current_revision());
+        self.shared
+            .revision_tx
+            .send_replace(mvcc.current_revision());
         Ok(())
     }
 }
