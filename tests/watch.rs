@@ -406,8 +406,22 @@ async fn progress_request_gets_watch_id_minus_one_and_current_revision() {
     // A progress request while a watcher is replaying history is answered only after it has
     // caught up: no event at or below the progress revision may follow it.
     // More events than one read returns, so the replay takes several passes.
-    for i in 0..1100 {
-        put(&mut kv, &format!("q/{}", i % 50), "v").await.unwrap();
+    for t in 0..12 {
+        let ops = (0..100)
+            .map(|i| RequestOp {
+                request: Some(Op::RequestPut(PutRequest {
+                    key: format!("q/{t}/{i}").into(),
+                    value: "v".into(),
+                    ..Default::default()
+                })),
+            })
+            .collect();
+        kv.txn(TxnRequest {
+            success: ops,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     }
     let last = put(&mut kv, "q/last", "v").await.unwrap();
     let mut ws = Ws::open(&c, 0).await;
