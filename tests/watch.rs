@@ -353,7 +353,11 @@ async fn follower_watch_survives_leader_kill_and_restart() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop_tx.send(true).unwrap();
     let (acked, attempts) = writer.await.unwrap();
-    assert!(acked.len() > 10, "only {} of {attempts} puts acked", acked.len());
+    assert!(
+        acked.len() > 10,
+        "only {} of {attempts} puts acked",
+        acked.len()
+    );
     let (mut ws, mut events) = reader.await.unwrap();
     let last = *acked.last().unwrap();
     let rest = ws
