@@ -80,9 +80,17 @@ struct Session {
 }
 
 impl Session {
-    async fn open(ctx: &Ctx) -> Result<Session, CliError> {
+    /// Opens the stream with `first` as its first request: grpc-go servers send the response
+    /// headers only with the first response, so the call would not return before a request.
+    async fn open(ctx: &Ctx, first: RequestUnion) -> Result<Session, CliError> {
         let conn = ctx.connect(ctx.deadline()).await?;
         let (tx, rx) = mpsc::channel(16);
+        let mut pending = VecDeque::new();
+        if matches!(first, RequestUnion::CreateRequest(_)) {
+            pending.push_back(());
+        }
+        tx.try_send(request(first))
+            .map_err(|_| CliError::new(EXIT_ERROR, "watch stream closed"))?;
         let mut req = tonic::Request::new(ReceiverStream::new(rx));
         req.metadata_mut().insert(
             "hasleader",
@@ -96,7 +104,7 @@ impl Session {
         Ok(Session {
             tx,
             rx,
-            pending: VecDeque::new(),
+            pending,
             active: BTreeSet::new(),
         })
     }
@@ -161,8 +169,7 @@ pub async fn watch(ctx: &Ctx, a: WatchArgs) -> Result<i32, CliError> {
         return interactive(ctx, a).await;
     }
     let create = create_request(&a)?;
-    let mut s = Session::open(ctx).await?;
-    s.send(RequestUnion::CreateRequest(create)).await?;
+    let mut s = Session::open(ctx, RequestUnion::CreateRequest(create)).await?;
     loop {
         match s.rx.message().await {
             Ok(Some(r)) => {
@@ -251,11 +258,9 @@ async fn interactive(ctx: &Ctx, base: WatchArgs) -> Result<i32, CliError> {
                         continue;
                     }
                 };
-                if session.is_none() {
-                    session = Some(Session::open(ctx).await?);
-                }
-                if let Some(s) = session.as_mut() {
-                    s.send(req).await?;
+                match session.as_mut() {
+                    Some(s) => s.send(req).await?,
+                    None => session = Some(Session::open(ctx, req).await?),
                 }
             }
             m = msg => match m {
