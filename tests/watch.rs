@@ -484,3 +484,85 @@ async fn stalled_watcher_does_not_block_writes_or_other_streams() {
     let events = stalled.events_until(|e| e.len() >= 200).await;
     assert_exactly(&events, &acked);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_creates_and_cancels_follow_etcd() {
+    let c = Cluster::start(3).await;
+    let mut ws = Ws::open(&c, 0).await;
+    // Client-chosen ids; auto ids then start at 0 and skip taken ones.
+    let mut explicit = prefix("x/", 0);
+    explicit.watch_id = 1;
+    assert_eq!(ws.create(explicit.clone()).await, 1);
+    assert_eq!(ws.create(prefix("x/", 0)).await, 0);
+    assert_eq!(ws.create(prefix("x/", 0)).await, 2);
+
+    ws.send(RequestUnion::CreateRequest(explicit)).await;
+    let r = ws.next().await;
+    assert!(r.created && r.canceled, "{r:?}");
+    assert_eq!(r.watch_id, -1);
+    assert_eq!(
+        r.cancel_reason,
+        "mvcc: duplicate watch ID provided on the WatchStream"
+    );
+
+    ws.send(RequestUnion::CreateRequest(WatchCreateRequest {
+        key: "b".into(),
+        range_end: "a".into(),
+        ..Default::default()
+    }))
+    .await;
+    let r = ws.next().await;
+    assert!(r.created && r.canceled, "{r:?}");
+    assert_eq!(r.cancel_reason, "mvcc: watcher range is empty");
+
+    ws.send(RequestUnion::CancelRequest(
+        kvd::proto::etcdserverpb::WatchCancelRequest { watch_id: 0 },
+    ))
+    .await;
+    let r = ws.next().await;
+    assert!(r.canceled && !r.created && r.watch_id == 0, "{r:?}");
+
+    // The canceled watcher gets nothing more; the others still do.
+    let rev = put(&mut c.kv(0).await, "x/1", "v").await.unwrap();
+    let mut ids = BTreeSet::new();
+    while ids.len() < 2 {
+        let r = ws.next().await;
+        assert_eq!(rev_of(&r.events[0]), rev);
+        ids.insert(r.watch_id);
+    }
+    assert_eq!(ids, BTreeSet::from([1, 2]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_leader_stream_ends_with_no_leader() {
+    let mut c = Cluster::start(3).await;
+    let ch = common::channel(&c.members[0].client_url()).await;
+    let (tx, req_rx) = mpsc::channel(16);
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(prefix("n/", 0))),
+    })
+    .await
+    .unwrap();
+    let mut req = tonic::Request::new(ReceiverStream::new(req_rx));
+    req.metadata_mut()
+        .insert("hasleader", "true".parse().unwrap());
+    let mut rx = WatchClient::new(ch).watch(req).await.unwrap().into_inner();
+    assert!(rx.message().await.unwrap().unwrap().created);
+
+    c.kill(1);
+    c.kill(2);
+    let err = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match rx.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("stream ended without an error"),
+                Err(e) => return e,
+            }
+        }
+    })
+    .await
+    .expect("stream canceled within 20s");
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert_eq!(err.message(), "etcdserver: no leader");
+    drop(tx);
+}
