@@ -84,7 +84,16 @@ pub struct Flags {
     pub log_level: String,
     #[arg(long, env = "ETCD_LOGGER", default_value = "zap", hide = true)]
     pub logger: String,
+    /// Duration of periodic watch progress notifications (Go duration, e.g. 10m, 5s, 100ms).
+    #[arg(long, env = "ETCD_WATCH_PROGRESS_NOTIFY_INTERVAL")]
+    pub watch_progress_notify_interval: Option<String>,
+    /// etcd 3.4/3.5 name of --watch-progress-notify-interval.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL")]
+    pub experimental_watch_progress_notify_interval: Option<String>,
 }
+
+/// etcd's default watch progress notification interval.
+pub const DEFAULT_WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterState {
@@ -111,6 +120,7 @@ pub struct Config {
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub log_level: String,
+    pub watch_progress_notify_interval: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -253,6 +263,17 @@ impl Flags {
         if self.max_txn_ops == 0 {
             return err("--max-txn-ops must be positive");
         }
+        let watch_progress_notify_interval = match (
+            &self.watch_progress_notify_interval,
+            &self.experimental_watch_progress_notify_interval,
+        ) {
+            (Some(s), _) => parse_go_duration("watch-progress-notify-interval", s)?,
+            (None, Some(s)) => parse_go_duration("experimental-watch-progress-notify-interval", s)?,
+            (None, None) => DEFAULT_WATCH_PROGRESS_NOTIFY_INTERVAL,
+        };
+        if watch_progress_notify_interval.is_zero() {
+            return err("--watch-progress-notify-interval must be positive");
+        }
         Ok(Config {
             name: self.name,
             data_dir,
@@ -269,8 +290,44 @@ impl Flags {
             max_request_bytes: self.max_request_bytes,
             max_txn_ops: self.max_txn_ops,
             log_level: self.log_level,
+            watch_progress_notify_interval,
         })
     }
+}
+
+/// Parses a Go `time.Duration` ("10m", "1.5s", "100ms", "1h30m"); `flag` names it in errors.
+pub fn parse_go_duration(flag: &str, s: &str) -> Result<Duration, ConfigError> {
+    let bad = || ConfigError(format!("--{flag}: time: invalid duration {s:?}"));
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut nanos = 0f64;
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let num: f64 = rest[..n].parse().map_err(|_| bad())?;
+        rest = &rest[n..];
+        let u = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..u] {
+            "ns" => 1.0,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(bad()),
+        };
+        nanos += num * unit;
+        rest = &rest[u..];
+    }
+    Ok(Duration::from_nanos(nanos.round() as u64))
 }
 
 /// etcd's member id: the first 8 bytes (big-endian) of sha1(sorted peer URLs ++ token [++ time]).
@@ -336,6 +393,26 @@ mod tests {
             .unwrap_err()
             .contains("5 times"));
         assert!(flags(&["--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn watch_progress_interval_takes_go_durations_from_either_flag() {
+        assert_eq!(
+            flags(&[]).unwrap().watch_progress_notify_interval,
+            Duration::from_secs(600)
+        );
+        let c = flags(&["--experimental-watch-progress-notify-interval=100ms"]).unwrap();
+        assert_eq!(c.watch_progress_notify_interval, Duration::from_millis(100));
+        let c = flags(&[
+            "--watch-progress-notify-interval=1m30s",
+            "--experimental-watch-progress-notify-interval=5s",
+        ])
+        .unwrap();
+        assert_eq!(c.watch_progress_notify_interval, Duration::from_secs(90));
+        assert!(flags(&["--watch-progress-notify-interval=10"])
+            .unwrap_err()
+            .contains("invalid duration"));
+        assert!(flags(&["--watch-progress-notify-interval=0"]).is_err());
     }
 
     #[test]

@@ -148,6 +148,8 @@ pub enum Command {
     Endpoint(EndpointArgs),
     /// Membership related commands
     Member(MemberArgs),
+    /// Watches events stream on keys or prefixes
+    Watch(WatchArgs),
     /// Prints the version of etcdctl
     Version,
 }
@@ -222,6 +224,36 @@ pub struct DelArgs {
     /// delete keys that are greater than or equal to the given key using byte compare
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
     pub from_key: bool,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct WatchArgs {
+    /// [key or prefix] [range_end]
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
+    /// Interactive mode
+    #[arg(short = 'i', long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub interactive: bool,
+    /// Watch on a prefix if prefix is set
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub prefix: bool,
+    /// Revision to start watching
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_go_int)]
+    pub rev: i64,
+    /// get the previous key-value pair before the event happens
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub prev_kv: bool,
+    /// get periodic watch progress notification from server
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub progress_notify: bool,
+}
+
+/// One line of `watch -i`: `watch [flags] key [range_end]`.
+#[derive(Parser, Debug)]
+#[command(name = "watch", no_binary_name = true)]
+pub struct WatchLine {
+    #[command(flatten)]
+    pub args: WatchArgs,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -5,6 +5,7 @@ use std::fmt;
 pub const EXIT_ERROR: i32 = 1;
 pub const EXIT_INVALID_INPUT: i32 = 3;
 pub const EXIT_BAD_FEATURE: i32 = 4;
+pub const EXIT_INTERRUPTED: i32 = 5;
 pub const EXIT_BAD_ARGS: i32 = 128;
 
 /// An error that ends the command with `Error: <msg>` and an exit code.

@@ -15,6 +15,7 @@ pub mod error;
 pub mod identity;
 pub mod kv;
 pub mod maintenance;
+pub mod watches;
 
 use openraft::async_runtime::WatchReceiver;
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ use crate::config::Config;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::etcdserverpb::watch_server::WatchServer;
 use crate::proto::kvdpb::peer_server::PeerServer;
 use crate::proto::kvdpb::{internal_request, InternalRequest, MemberAttributes};
 use crate::raft::log_store::LogStore;
@@ -173,6 +175,14 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
                 KvServer::new(kv::KvService { ctx: ctx.clone() })
                     .max_decoding_message_size(max_msg)
                     .max_encoding_message_size(usize::MAX),
+            )
+            .add_service(
+                WatchServer::new(watches::WatchService {
+                    ctx: ctx.clone(),
+                    progress_interval: cfg.watch_progress_notify_interval,
+                })
+                .max_decoding_message_size(max_msg)
+                .max_encoding_message_size(usize::MAX),
             )
             .add_service(
                 ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })

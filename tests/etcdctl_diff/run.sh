@@ -17,6 +17,7 @@
 #   <<EOF         the following lines, up to a line `EOF`, are the command's stdin
 #   <<BYTES:N     stdin is N bytes of 'a' (for values too large for a command line)
 #   <<TXNGETS:N   stdin is a txn without compares whose success branch has N `get a` requests
+#   <<TIMEOUT:S   no stdin; the command is stopped after S seconds (for watches, which run on)
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [[ $# -ne 2 ]]; then
@@ -53,6 +54,7 @@ run_all() {
             marker=${BASH_REMATCH[2]}
         fi
         : >"$stdin_file"
+        local limit=${CMD_TIMEOUT:-30}
         case $marker in
             "") ;;
             EOF)
@@ -69,13 +71,14 @@ run_all() {
                     printf '\n\n'
                 } >"$stdin_file"
                 ;;
+            TIMEOUT:*) limit=${marker#TIMEOUT:} ;;
             *) echo "unknown stdin marker $marker" >&2; exit 2 ;;
         esac
         local -a args
         eval "args=($cmd)"
         # etcdctl's txn has no deadline: bound every command so a stuck server cannot hang the run.
         # shellcheck disable=SC2086
-        timeout "${CMD_TIMEOUT:-30}" $ctl --endpoints="$ep" "${args[@]}" <"$stdin_file" >"$o" 2>"$e"
+        timeout "$limit" $ctl --endpoints="$ep" "${args[@]}" <"$stdin_file" >"$o" 2>"$e"
         rc=$?
         {
             printf '### %d: %s\n' "$n" "$line"

@@ -5,6 +5,7 @@ mod endpoint;
 mod kv;
 mod member;
 mod txn;
+mod watch;
 
 use std::io::Write;
 
@@ -70,6 +71,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Member(m) => match m.command {
             MemberCommand::List => member::list(&ctx).await,
         },
+        Command::Watch(a) => watch::watch(&ctx, a).await,
         Command::Version => {
             println!("etcdctl version: {ETCDCTL_VERSION}");
             println!("API version: {API_VERSION}");

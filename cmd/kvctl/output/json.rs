@@ -2,9 +2,9 @@
 //! zero values omitted, bytes in base64, HTML-safe string escaping).
 use kvd::proto::etcdserverpb::{
     response_op, DeleteRangeResponse, MemberListResponse, PutResponse, RangeResponse,
-    ResponseHeader, StatusResponse, TxnResponse,
+    ResponseHeader, StatusResponse, TxnResponse, WatchResponse,
 };
-use kvd::proto::mvccpb::KeyValue;
+use kvd::proto::mvccpb::{Event, KeyValue};
 
 use super::EpHealth;
 use crate::gofmt::{base64, duration_string};
@@ -116,6 +116,33 @@ fn json_kv(kv: &KeyValue) -> String {
         .bytes("value", &kv.value)
         .num("lease", kv.lease)
         .done()
+}
+
+fn json_event(e: &Event) -> String {
+    let mut o = Obj::new();
+    o.num("type", e.r#type);
+    if let Some(kv) = &e.kv {
+        o.raw("kv", &json_kv(kv));
+    }
+    if let Some(kv) = &e.prev_kv {
+        o.raw("prev_kv", &json_kv(kv));
+    }
+    o.done()
+}
+
+/// clientv3's `WatchResponse` struct (Go field names, no omitempty; the header embedded by
+/// value, so `{}` when absent).
+pub fn json_watch(r: &WatchResponse) -> String {
+    let header = r.header.as_ref().map(json_header);
+    let events: Vec<String> = r.events.iter().map(json_event).collect();
+    format!(
+        "{{\"Header\":{},\"Events\":[{}],\"CompactRevision\":{},\"Canceled\":{},\"Created\":{}}}",
+        header.as_deref().unwrap_or("{}"),
+        events.join(","),
+        r.compact_revision,
+        r.canceled,
+        r.created
+    )
 }
 
 pub fn json_range(r: &RangeResponse) -> String {

@@ -3,7 +3,7 @@
 //! base64), `table` and `fields`.
 use kvd::proto::etcdserverpb::{
     response_op, DeleteRangeResponse, MemberListResponse, PutResponse, RangeResponse,
-    StatusResponse, TxnResponse,
+    StatusResponse, TxnResponse, WatchResponse,
 };
 use kvd::proto::mvccpb::KeyValue;
 
@@ -232,6 +232,38 @@ impl Printer {
                 ))
             }
         })
+    }
+
+    /// Fails before anything is watched when the format cannot print watch responses.
+    pub fn check_watch(&self) -> Result<(), CliError> {
+        match self.format {
+            Format::Simple | Format::Json => Ok(()),
+            _ => Err(self.unsupported()),
+        }
+    }
+
+    /// etcdctl's `display.Watch`: per event its type, the previous kv (if any) and the kv.
+    pub fn watch(&self, r: &WatchResponse) -> Output {
+        if self.format == Format::Json {
+            return Output::out(json_watch(r) + "\n");
+        }
+        let mut out = Vec::new();
+        for e in &r.events {
+            let t = if e.r#type == kvd::proto::mvccpb::event::EventType::Delete as i32 {
+                "DELETE"
+            } else {
+                "PUT"
+            };
+            out.extend_from_slice(t.as_bytes());
+            out.push(b'\n');
+            if let Some(p) = &e.prev_kv {
+                self.simple_kv(&mut out, p);
+            }
+            if let Some(kv) = &e.kv {
+                self.simple_kv(&mut out, kv);
+            }
+        }
+        Output::out(out)
     }
 
     fn simple_kv(&self, out: &mut Vec<u8>, kv: &KeyValue) {
