@@ -138,7 +138,10 @@ async fn dead_member_refusals_then_replace_it_through_a_learner() {
     let new = resp.member.clone().unwrap();
     assert!(new.is_learner);
     assert_eq!(resp.members.len(), 3);
-    assert!(resp.members.iter().any(|m| m.id == new.id && m.name.is_empty()));
+    assert!(resp
+        .members
+        .iter()
+        .any(|m| m.id == new.id && m.name.is_empty()));
     c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
     c.spawn(n);
 
@@ -162,7 +165,10 @@ async fn dead_member_refusals_then_replace_it_through_a_learner() {
     // The new member serves: a write through it is readable on the leader.
     let mut nw = c.kv(n).await;
     put(&mut nw, "via-new", "yes").await.unwrap();
-    assert_eq!(get(&mut w, "via-new").await.unwrap().as_deref(), Some("yes"));
+    assert_eq!(
+        get(&mut w, "via-new").await.unwrap().as_deref(),
+        Some("yes")
+    );
     assert_eq!(get(&mut nw, "k29").await.unwrap().as_deref(), Some("v"));
 
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -176,7 +182,10 @@ async fn dead_member_refusals_then_replace_it_through_a_learner() {
             .into_inner();
         let names: Vec<_> = list.members.iter().map(|m| m.name.clone()).collect();
         if list.members.len() == 3
-            && list.members.iter().all(|m| !m.is_learner && !m.name.is_empty())
+            && list
+                .members
+                .iter()
+                .all(|m| !m.is_learner && !m.name.is_empty())
         {
             assert!(names.contains(&"m3".to_string()), "{names:?}");
             break;
@@ -199,7 +208,9 @@ async fn learner_rules_update_and_move_leader() {
 
     // A learner that never started is not in sync: promotion is refused.
     let url = format!("http://127.0.0.1:{}", common::free_port());
-    let resp = add(&c, f[0], std::slice::from_ref(&url), true).await.unwrap();
+    let resp = add(&c, f[0], std::slice::from_ref(&url), true)
+        .await
+        .unwrap();
     let learner = resp.member.unwrap().id;
     assert_refused(
         promote(&c, f[0], learner).await,
@@ -248,9 +259,7 @@ async fn learner_rules_update_and_move_leader() {
     let e = c
         .maintenance(leader)
         .await
-        .move_leader(MoveLeaderRequest {
-            target_id: learner,
-        })
+        .move_leader(MoveLeaderRequest { target_id: learner })
         .await
         .unwrap_err();
     assert_eq!(e.message(), "etcdserver: bad leader transferee");
@@ -272,6 +281,72 @@ async fn learner_rules_update_and_move_leader() {
         .into_inner();
     assert_eq!(list.members.len(), 3);
     assert!(list.members.iter().all(|m| !m.is_learner));
+
+    // kvctl prints what etcdctl 3.4 prints.
+    let eps = format!("--endpoints={}", c.members[f[1]].client_url());
+    let url3 = format!("http://127.0.0.1:{}", common::free_port());
+    let out = kvctl(&[
+        &eps,
+        "member",
+        "add",
+        "m9",
+        &format!("--peer-urls={url3}"),
+        "--learner",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("Member ") && lines[0].contains(" added as learner to cluster "),
+        "{out}"
+    );
+    assert_eq!(lines[1], "");
+    assert_eq!(lines[2], "ETCD_NAME=\"m9\"");
+    assert!(
+        lines[3].starts_with("ETCD_INITIAL_CLUSTER=\"") && lines[3].contains(&format!("m9={url3}")),
+        "{out}"
+    );
+    assert_eq!(
+        lines[4],
+        format!("ETCD_INITIAL_ADVERTISE_PEER_URLS=\"{url3}\"")
+    );
+    assert_eq!(lines[5], "ETCD_INITIAL_CLUSTER_STATE=\"existing\"");
+    let id = lines[0].split_whitespace().nth(1).unwrap().to_string();
+    let out = kvctl(&[&eps, "member", "remove", &id]);
+    assert!(
+        out.starts_with(&format!("Member {id:>16} removed from cluster ")),
+        "{out}"
+    );
+    let out = kvctl(&[
+        &format!(
+            "--endpoints={},{}",
+            c.members[f[1]].client_url(),
+            c.members[f[0]].client_url()
+        ),
+        "move-leader",
+        &format!("{:x}", member_id(&c, f[1]).await),
+    ]);
+    assert_eq!(
+        out,
+        format!(
+            "Leadership transferred from {:x} to {:x}\n",
+            target,
+            member_id(&c, f[1]).await
+        )
+    );
+}
+
+fn kvctl(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvctl"))
+        .args(args)
+        .env_remove("ETCDCTL_ENDPOINTS")
+        .env_remove("ETCDCTL_WRITE_OUT")
+        .output()
+        .expect("run kvctl");
+    assert!(
+        out.status.success(),
+        "kvctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,7 +360,11 @@ async fn removed_follower_and_removed_leader_exit() {
     let fid = member_id(&c, f[0]).await;
     remove(&c, f[1], fid).await.unwrap();
     let st = c.wait_exit(f[0], Duration::from_secs(10));
-    assert!(st.is_some(), "removed follower still runs\n{}", c.log_of(f[0]));
+    assert!(
+        st.is_some(),
+        "removed follower still runs\n{}",
+        c.log_of(f[0])
+    );
     assert!(c
         .log_of(f[0])
         .contains("the member has been permanently removed from the cluster"));
@@ -294,7 +373,11 @@ async fn removed_follower_and_removed_leader_exit() {
     let lid = member_id(&c, leader).await;
     remove(&c, f[1], lid).await.unwrap();
     let st = c.wait_exit(leader, Duration::from_secs(10));
-    assert!(st.is_some(), "removed leader still runs\n{}", c.log_of(leader));
+    assert!(
+        st.is_some(),
+        "removed leader still runs\n{}",
+        c.log_of(leader)
+    );
     assert!(c
         .log_of(leader)
         .contains("the member has been permanently removed from the cluster"));
