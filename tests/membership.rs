@@ -220,7 +220,7 @@ async fn learner_rules_update_and_move_leader() {
     // One learner at a time.
     let url2 = format!("http://127.0.0.1:{}", common::free_port());
     assert_refused(
-        add(&c, f[1], &[url2.clone()], true).await,
+        add(&c, f[1], std::slice::from_ref(&url2), true).await,
         Code::FailedPrecondition,
         "etcdserver: too many learner members in cluster",
     );
