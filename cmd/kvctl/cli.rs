@@ -150,6 +150,8 @@ pub enum Command {
     Member(MemberArgs),
     /// Watches events stream on keys or prefixes
     Watch(WatchArgs),
+    /// Transfers leadership to another etcd cluster member.
+    MoveLeader(MoveLeaderArgs),
     /// Prints the version of etcdctl
     Version,
 }
@@ -298,11 +300,52 @@ pub struct MemberArgs {
     pub command: MemberCommand,
 }
 
-/// Member subcommands. `add`, `remove`, `update` and `promote` are to be added here.
+/// Member subcommands, with etcdctl 3.4's arguments.
 #[derive(Subcommand, Debug)]
 pub enum MemberCommand {
     /// Lists all members in the cluster
     List,
+    /// Adds a member into the cluster
+    Add(MemberAddArgs),
+    /// Removes a member from the cluster
+    Remove(MemberIdArgs),
+    /// Updates a member in the cluster
+    Update(MemberUpdateArgs),
+    /// Promotes a non-voting member in the cluster
+    Promote(MemberIdArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MemberAddArgs {
+    /// <memberName>
+    pub args: Vec<String>,
+    /// comma separated peer URLs for the new member.
+    #[arg(long, default_value = "")]
+    pub peer_urls: String,
+    /// indicates if the new member is raft learner
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub learner: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MemberIdArgs {
+    /// <memberID>
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MemberUpdateArgs {
+    /// <memberID>
+    pub args: Vec<String>,
+    /// comma separated peer URLs for the updated member.
+    #[arg(long, default_value = "")]
+    pub peer_urls: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MoveLeaderArgs {
+    /// <transferee-member-id>
+    pub args: Vec<String>,
 }
 
 /// The `get`, `put` and `del` requests allowed inside a txn (etcdctl parses them with the same flags).

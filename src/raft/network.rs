@@ -4,11 +4,16 @@
 //! creates (replication, heartbeat, snapshot), so no RPC pays for a TCP/HTTP2 handshake.
 //! Appends are pipelined over one bidirectional stream per replication session (openraft's
 //! default `stream_append` would be stop-and-wait).
+//!
+//! [`Links`] records, per target, when the current run of successful RPCs began: the leader's
+//! view of which peers are *active*, which etcd's strict reconfiguration check relies on. Any
+//! failed RPC to a target ends its run, so a peer counts as active only after it has answered
+//! every RPC for the whole health interval.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use openraft::base::{BoxFuture, BoxStream};
@@ -66,9 +71,71 @@ impl Channels {
     }
 }
 
+/// A link with no successful RPC for this long is down even if no RPC has failed yet (a
+/// replication stream can hang rather than fail). Heartbeats keep a healthy link far fresher.
+const LINK_STALE: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy)]
+struct Link {
+    /// Start of the current run of successful RPCs; `None` after a failure.
+    up_since: Option<Instant>,
+    last_ok: Instant,
+}
+
+/// Per-target link health as seen by this member's outgoing RPCs.
+#[derive(Clone, Default)]
+pub struct Links {
+    inner: Arc<Mutex<HashMap<NodeId, Link>>>,
+}
+
+impl Links {
+    fn ok(&self, target: NodeId) {
+        let now = Instant::now();
+        let mut m = self.inner.lock().unwrap();
+        let l = m.entry(target).or_insert(Link {
+            up_since: None,
+            last_ok: now,
+        });
+        if l.up_since.is_none() {
+            l.up_since = Some(now);
+        }
+        l.last_ok = now;
+    }
+
+    fn failed(&self, target: NodeId) {
+        if let Some(l) = self.inner.lock().unwrap().get_mut(&target) {
+            l.up_since = None;
+        }
+    }
+
+    fn record<T, E>(&self, target: NodeId, r: &Result<T, E>) {
+        match r {
+            Ok(_) => self.ok(target),
+            Err(_) => self.failed(target),
+        }
+    }
+
+    /// When the current uninterrupted run of successful RPCs to `target` began, if it is up.
+    pub fn active_since(&self, target: NodeId) -> Option<Instant> {
+        let m = self.inner.lock().unwrap();
+        let l = m.get(&target)?;
+        if l.last_ok.elapsed() > LINK_STALE {
+            return None;
+        }
+        l.up_since
+    }
+
+    /// Whether `target` has been reachable without interruption for at least `interval`.
+    pub fn active_for(&self, target: NodeId, interval: Duration) -> bool {
+        self.active_since(target)
+            .is_some_and(|t| t.elapsed() >= interval)
+    }
+}
+
 #[derive(Clone)]
 pub struct NetworkFactory {
     pub channels: Channels,
+    pub links: Links,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -78,6 +145,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
         PeerConnection {
             target,
             client: self.channels.peer(node),
+            links: self.links.clone(),
         }
     }
 }
@@ -85,6 +153,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 pub struct PeerConnection {
     target: NodeId,
     client: Result<PeerClient<Channel>, String>,
+    links: Links,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,11 +201,13 @@ impl PeerConnection {
         Fut: Future<Output = Result<tonic::Response<RaftBlob>, tonic::Status>>,
     {
         let client = self.client()?;
-        match tokio::time::timeout(option.hard_ttl(), call(client)).await {
+        let r = match tokio::time::timeout(option.hard_ttl(), call(client)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(s)) => Err(status_err(s)),
             Err(_) => Err(unreachable(format!("peer {:x}: timed out", self.target))),
-        }
+        };
+        self.links.record(self.target, &r);
+        r
     }
 }
 
@@ -171,13 +242,16 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
     {
         Box::pin(async move {
             let mut client = self.client()?;
-            let resp = client
-                .stream_append(input.map(|r| blob(&r)))
-                .await
-                .map_err(status_err)?;
-            let out = resp.into_inner().map(|item| match item {
-                Ok(b) => unblob::<StreamAppendResult<TypeConfig>>(b),
-                Err(s) => Err(status_err(s)),
+            let resp = client.stream_append(input.map(|r| blob(&r))).await;
+            self.links.record(self.target, &resp);
+            let resp = resp.map_err(status_err)?;
+            let (links, target) = (self.links.clone(), self.target);
+            let out = resp.into_inner().map(move |item| {
+                links.record(target, &item);
+                match item {
+                    Ok(b) => unblob::<StreamAppendResult<TypeConfig>>(b),
+                    Err(s) => Err(status_err(s)),
+                }
             });
             Ok(Box::pin(out) as BoxStream<'s, _>)
         })
@@ -233,6 +307,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             r = send => r,
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
+        self.links.record(self.target, &resp);
         let resp = resp.map_err(|s| {
             StreamingError::Unreachable(Unreachable::new(&Msg(s.message().to_string())))
         })?;

@@ -89,7 +89,7 @@ impl RaftNode {
     }
 
     /// Waits (until `deadline`) for a leader to be known.
-    async fn wait_leader(&self, deadline: Instant) -> Result<(NodeId, Member), ProposeError> {
+    pub async fn wait_leader(&self, deadline: Instant) -> Result<(NodeId, Member), ProposeError> {
         let mut rx = self.raft.metrics();
         loop {
             if let Some(l) = self.leader() {

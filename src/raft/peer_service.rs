@@ -1,5 +1,5 @@
 //! Server side of the peer protocol: hands openraft's RPCs to the local Raft node, and serves
-//! the leader's half of forwarded writes and read-index requests.
+//! the leader's half of forwarded writes, read-index requests and membership changes.
 
 use openraft::async_runtime::WatchReceiver;
 use std::pin::Pin;
@@ -13,13 +13,18 @@ use super::node::RaftNode;
 use super::types::{Snapshot, SnapshotMeta, Vote};
 use crate::proto::kvdpb::peer_server::Peer;
 use crate::proto::kvdpb::{
-    ForwardRequest, ForwardResponse, MemberInfoRequest, MemberInfoResponse, RaftBlob,
-    ReadIndexRequest, ReadIndexResponse, SnapshotChunk,
+    ForwardRequest, ForwardResponse, MemberInfoRequest, MemberInfoResponse, MembershipRequest,
+    MembershipResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse, RemovedRequest,
+    RemovedResponse, SnapshotChunk,
 };
+use crate::server::membership::Reconfig;
 
 pub struct PeerService {
     pub node: RaftNode,
     pub cluster_id: u64,
+    pub reconfig: std::sync::Arc<Reconfig>,
+    /// Set when the leader tells this member it has been removed.
+    pub removed: tokio::sync::watch::Sender<bool>,
 }
 
 fn unblob<T: DeserializeOwned>(b: &[u8]) -> Result<T, Status> {
@@ -165,5 +170,33 @@ impl Peer for PeerService {
             cluster_id: self.cluster_id,
             found: found.is_some(),
         }))
+    }
+
+    async fn membership(
+        &self,
+        req: Request<MembershipRequest>,
+    ) -> Result<Response<MembershipResponse>, Status> {
+        let inner = req
+            .into_inner()
+            .request
+            .ok_or_else(|| Status::invalid_argument("missing request"))?;
+        let response = self.reconfig.handle(inner).await?;
+        Ok(Response::new(MembershipResponse {
+            response: Some(response),
+        }))
+    }
+
+    async fn removed(
+        &self,
+        req: Request<RemovedRequest>,
+    ) -> Result<Response<RemovedResponse>, Status> {
+        let r = req.into_inner();
+        if r.cluster_id != self.cluster_id || r.member_id != self.node.id {
+            return Err(Status::invalid_argument(
+                "removal notice for another member",
+            ));
+        }
+        let _ = self.removed.send(true);
+        Ok(Response::new(RemovedResponse {}))
     }
 }

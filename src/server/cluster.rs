@@ -1,17 +1,21 @@
 //! The etcd v3 Cluster service. Membership is Raft's membership config; names and client URLs
-//! are the attributes each member published through the log.
+//! are the attributes each member published through the log. Changes are checked and proposed
+//! by the leader (see [`super::membership`]); this member only relays them and stamps its own
+//! response header.
 
 use openraft::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status};
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use super::membership::members_of;
 use crate::proto::etcdserverpb::cluster_server::Cluster;
 use crate::proto::etcdserverpb::{
     Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
     MemberUpdateRequest, MemberUpdateResponse,
 };
+use crate::proto::kvdpb::{membership_request as q, membership_response as r};
 
 pub struct ClusterService {
     pub ctx: ServerCtx,
@@ -23,54 +27,60 @@ impl ClusterService {
     pub fn members(&self) -> Result<Vec<Member>, ApiError> {
         let m = self.ctx.node.raft.metrics();
         let cfg = m.borrow_watched().membership_config.clone();
-        let membership = cfg.membership();
-        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
-        let mut out = Vec::new();
-        for (id, node) in membership.nodes() {
-            let attrs = self
-                .ctx
-                .node
-                .sm
-                .member_attrs(*id)
-                .map_err(|e| ApiError::Internal(e.to_string()))?
-                .unwrap_or_default();
-            out.push(Member {
-                id: *id,
-                name: attrs.name,
-                peer_ur_ls: node.peer_urls.clone(),
-                client_ur_ls: attrs.client_urls,
-                is_learner: !voters.contains(id),
-            });
-        }
-        Ok(out)
+        members_of(cfg.membership(), &self.ctx.node.sm)
     }
-}
 
-fn not_yet(what: &str) -> Status {
-    ApiError::Unimplemented(format!("{what} is not supported yet")).into()
+    async fn change(&self, req: q::Request) -> Result<r::Response, ApiError> {
+        self.ctx.reconfig.request(req).await
+    }
+
+    fn unexpected() -> Status {
+        ApiError::Internal("mismatched membership reply".into()).into()
+    }
 }
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
     async fn member_add(
         &self,
-        _r: Request<MemberAddRequest>,
+        req: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
-        Err(not_yet("MemberAdd"))
+        self.ctx.check_leader(req.metadata())?;
+        match self.change(q::Request::Add(req.into_inner())).await? {
+            r::Response::Add(mut resp) => {
+                resp.header = self.ctx.header(self.ctx.current_revision());
+                Ok(Response::new(resp))
+            }
+            _ => Err(Self::unexpected()),
+        }
     }
 
     async fn member_remove(
         &self,
-        _r: Request<MemberRemoveRequest>,
+        req: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
-        Err(not_yet("MemberRemove"))
+        self.ctx.check_leader(req.metadata())?;
+        match self.change(q::Request::Remove(req.into_inner())).await? {
+            r::Response::Remove(mut resp) => {
+                resp.header = self.ctx.header(self.ctx.current_revision());
+                Ok(Response::new(resp))
+            }
+            _ => Err(Self::unexpected()),
+        }
     }
 
     async fn member_update(
         &self,
-        _r: Request<MemberUpdateRequest>,
+        req: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
-        Err(not_yet("MemberUpdate"))
+        self.ctx.check_leader(req.metadata())?;
+        match self.change(q::Request::Update(req.into_inner())).await? {
+            r::Response::Update(mut resp) => {
+                resp.header = self.ctx.header(self.ctx.current_revision());
+                Ok(Response::new(resp))
+            }
+            _ => Err(Self::unexpected()),
+        }
     }
 
     async fn member_list(
@@ -88,8 +98,15 @@ impl Cluster for ClusterService {
 
     async fn member_promote(
         &self,
-        _r: Request<MemberPromoteRequest>,
+        req: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
-        Err(not_yet("MemberPromote"))
+        self.ctx.check_leader(req.metadata())?;
+        match self.change(q::Request::Promote(req.into_inner())).await? {
+            r::Response::Promote(mut resp) => {
+                resp.header = self.ctx.header(self.ctx.current_revision());
+                Ok(Response::new(resp))
+            }
+            _ => Err(Self::unexpected()),
+        }
     }
 }

@@ -13,6 +13,7 @@ pub struct ServerCtx {
     pub cluster_id: u64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
+    pub reconfig: std::sync::Arc<super::membership::Reconfig>,
 }
 
 impl ServerCtx {

@@ -23,6 +23,31 @@ pub enum ApiError {
     MemberNotFound,
     #[error("etcdserver: requested lease not found")]
     LeaseNotFound,
+    #[error("etcdserver: not leader")]
+    NotLeader,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlsExist,
+    #[error("etcdserver: member ID already exist")]
+    MemberIdExists,
+    #[error("etcdserver: given member URLs are invalid")]
+    BadMemberUrls,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    NotEnoughStartedMembers,
+    #[error("etcdserver: unhealthy cluster")]
+    Unhealthy,
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
+    #[error("etcdserver: can only promote a learner member")]
+    NotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    #[error("etcdserver: bad leader transferee")]
+    BadLeaderTransferee,
+    #[error("etcdserver: request timed out, leader transfer took too long")]
+    LeaderTransferTimeout,
+    /// A status another member (the leader) answered with, passed on unchanged.
+    #[error("{1}")]
+    Remote(Code, String),
     #[error("{0}")]
     Unimplemented(String),
     /// An error text produced by applying a request (MVCC or membership), kept verbatim.
@@ -68,12 +93,16 @@ fn code_of(msg: &str) -> Code {
         | "etcdserver: re-configuration failed due to not enough started members"
         | "etcdserver: can only promote a learner member which is in sync with leader"
         | "etcdserver: can only promote a learner member"
-        | "etcdserver: too many learner members in cluster" => Code::FailedPrecondition,
+        | "etcdserver: too many learner members in cluster"
+        | "etcdserver: not leader"
+        | "etcdserver: bad leader transferee" => Code::FailedPrecondition,
+        "etcdserver: given member URLs are invalid" => Code::InvalidArgument,
         "etcdserver: no leader"
         | "etcdserver: request timed out"
         | "etcdserver: server stopped"
         | "etcdserver: unhealthy cluster"
-        | "etcdserver: leader changed" => Code::Unavailable,
+        | "etcdserver: leader changed"
+        | "etcdserver: request timed out, leader transfer took too long" => Code::Unavailable,
         _ => Code::Unknown,
     }
 }
@@ -83,6 +112,7 @@ impl From<ApiError> for Status {
         let msg = e.to_string();
         let code = match &e {
             ApiError::Unimplemented(_) => Code::Unimplemented,
+            ApiError::Remote(code, _) => *code,
             ApiError::Internal(_) => Code::Unavailable,
             _ => code_of(&msg),
         };
@@ -105,6 +135,15 @@ mod tests {
             (s.code(), s.message()),
             (Code::InvalidArgument, "etcdserver: request is too large")
         );
+        let s: Status = ApiError::Unhealthy.into();
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::Unavailable, "etcdserver: unhealthy cluster")
+        );
+        let s: Status = ApiError::NotEnoughStartedMembers.into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        let s: Status = ApiError::MemberNotFound.into();
+        assert_eq!(s.code(), Code::NotFound);
         let s: Status = ApiError::from(ProposeError::NoLeader).into();
         assert_eq!(
             (s.code(), s.message()),

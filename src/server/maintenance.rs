@@ -1,4 +1,4 @@
-//! The etcd v3 Maintenance service (Status now; the rest as their issues land).
+//! The etcd v3 Maintenance service (Status and MoveLeader; the rest as their issues land).
 
 use openraft::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status};
@@ -101,9 +101,15 @@ impl Maintenance for MaintenanceService {
 
     async fn move_leader(
         &self,
-        _r: Request<MoveLeaderRequest>,
+        r: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
-        Err(not_yet("MoveLeader"))
+        self.ctx
+            .reconfig
+            .move_leader(r.into_inner().target_id)
+            .await?;
+        Ok(Response::new(MoveLeaderResponse {
+            header: self.ctx.header(self.ctx.current_revision()),
+        }))
     }
 
     async fn downgrade(

@@ -15,6 +15,7 @@ pub mod error;
 pub mod identity;
 pub mod kv;
 pub mod maintenance;
+pub mod membership;
 pub mod watches;
 
 use openraft::async_runtime::WatchReceiver;
@@ -37,7 +38,7 @@ use crate::proto::etcdserverpb::watch_server::WatchServer;
 use crate::proto::kvdpb::peer_server::PeerServer;
 use crate::proto::kvdpb::{internal_request, InternalRequest, MemberAttributes};
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{Channels, NetworkFactory, MAX_PEER_MESSAGE};
+use crate::raft::network::{Channels, Links, NetworkFactory, MAX_PEER_MESSAGE};
 use crate::raft::peer_service::PeerService;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Member, Raft, RaftNode};
@@ -100,8 +101,10 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     }
     .validate()
     .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let links = Links::default();
     let network = NetworkFactory {
         channels: channels.clone(),
+        links: links.clone(),
     };
     let raft = Raft::new(
         ident.member_id,
@@ -142,6 +145,13 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         }
     }
 
+    let reconfig = Arc::new(membership::Reconfig::new(
+        node.clone(),
+        links,
+        ident.cluster_id,
+        cfg.initial_cluster_token.clone(),
+    ));
+    let (removed_tx, removed_rx) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -152,6 +162,8 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         let svc = PeerServer::new(PeerService {
             node: node.clone(),
             cluster_id: ident.cluster_id,
+            reconfig: reconfig.clone(),
+            removed: removed_tx.clone(),
         })
         .max_decoding_message_size(MAX_PEER_MESSAGE)
         .max_encoding_message_size(MAX_PEER_MESSAGE);
@@ -165,6 +177,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         cluster_id: ident.cluster_id,
         max_request_bytes: cfg.max_request_bytes,
         max_txn_ops: cfg.max_txn_ops,
+        reconfig,
     };
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
@@ -206,7 +219,23 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     ));
     tracing::info!("ready to serve client requests");
 
-    shutdown.await;
+    let removed = membership::removed(
+        node.clone(),
+        ident.initial_members.contains_key(&node.id),
+        removed_rx,
+    );
+    tokio::select! {
+        _ = shutdown => {}
+        _ = removed => {
+            tracing::warn!(
+                "the member has been permanently removed from the cluster; \
+                 its data dir must be removed before it can join again"
+            );
+            // Let the reply to the request that removed this member reach its client.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    drop(removed_tx);
     tracing::info!("stopping member");
     publisher.abort();
     hand_over_leadership(&node).await;

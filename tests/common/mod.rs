@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kvd::proto::etcdserverpb::cluster_client::ClusterClient;
 use kvd::proto::etcdserverpb::kv_client::KvClient;
 use kvd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use kvd::proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
@@ -27,6 +28,9 @@ pub struct MemberProc {
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub child: Option<Child>,
+    /// For a member added at run time: `--initial-cluster` as `member add` printed it, and
+    /// `--initial-cluster-state existing`.
+    pub join: Option<String>,
 }
 
 impl MemberProc {
@@ -72,6 +76,7 @@ impl Cluster {
                 data_dir: dir.path().join(format!("m{i}.kvd")),
                 log: dir.path().join(format!("m{i}.log")),
                 child: None,
+                join: None,
             })
             .collect();
         let initial_cluster = members
@@ -102,8 +107,14 @@ impl Cluster {
             ("advertise-client-urls", m.client_url()),
             ("listen-peer-urls", m.peer_url()),
             ("initial-advertise-peer-urls", m.peer_url()),
-            ("initial-cluster", self.initial_cluster.clone()),
-            ("initial-cluster-state", "new".into()),
+            (
+                "initial-cluster",
+                m.join.clone().unwrap_or(self.initial_cluster.clone()),
+            ),
+            (
+                "initial-cluster-state",
+                if m.join.is_some() { "existing" } else { "new" }.into(),
+            ),
             ("initial-cluster-token", "test-cluster".into()),
         ];
         let log = std::fs::OpenOptions::new()
@@ -126,6 +137,41 @@ impl Cluster {
             .stderr(log);
         let child = cmd.spawn().expect("spawn kvd");
         self.members[i].child = Some(child);
+    }
+
+    /// Prepares (does not start) a member to be added at run time; returns its index.
+    pub fn new_member(&mut self, name: &str) -> usize {
+        let dir = self.dir.path();
+        self.members.push(MemberProc {
+            name: name.to_string(),
+            client_port: free_port(),
+            peer_port: free_port(),
+            data_dir: dir.join(format!("{name}.kvd")),
+            log: dir.join(format!("{name}.log")),
+            child: None,
+            join: None,
+        });
+        self.members.len() - 1
+    }
+
+    pub async fn cluster(&self, i: usize) -> ClusterClient<Channel> {
+        ClusterClient::new(channel(&self.members[i].client_url()).await)
+    }
+
+    /// Waits for member `i`'s process to exit on its own.
+    pub fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let c = self.members[i].child.as_mut()?;
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                self.members[i].child = None;
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn signal(&self, i: usize, sig: i32) {

@@ -70,8 +70,13 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         },
         Command::Member(m) => match m.command {
             MemberCommand::List => member::list(&ctx).await,
+            MemberCommand::Add(a) => member::add(&ctx, a).await,
+            MemberCommand::Remove(a) => member::remove(&ctx, a).await,
+            MemberCommand::Update(a) => member::update(&ctx, a).await,
+            MemberCommand::Promote(a) => member::promote(&ctx, a).await,
         },
         Command::Watch(a) => watch::watch(&ctx, a).await,
+        Command::MoveLeader(a) => member::move_leader(&ctx, a).await,
         Command::Version => {
             println!("etcdctl version: {ETCDCTL_VERSION}");
             println!("API version: {API_VERSION}");

@@ -37,7 +37,7 @@ impl Format {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Format::Simple => "simple",
             Format::Json => "json",
@@ -56,7 +56,7 @@ pub struct Output {
 }
 
 impl Output {
-    fn out(s: impl Into<Vec<u8>>) -> Self {
+    pub fn out(s: impl Into<Vec<u8>>) -> Self {
         Output {
             stdout: s.into(),
             stderr: Vec::new(),

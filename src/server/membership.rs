@@ -1,0 +1,525 @@
+//! Run-time membership changes (etcd's MemberAdd/Remove/Update/Promote and MoveLeader).
+//!
+//! Any member accepts a change; a non-leader forwards it to the leader over the peer protocol
+//! (`Peer.Membership`), and only the leader checks and proposes it.
+//!
+//! Invariants:
+//! - Changes are checked and proposed one at a time (`lock`), against the configuration the
+//!   leader holds at that moment, so two concurrent requests cannot each pass the quorum checks
+//!   against a configuration the other one is about to change.
+//! - etcd's strict reconfiguration check: a change that adds or removes a voter is refused
+//!   unless, afterwards, the *started* voters (those that have published their name) and the
+//!   *active* voters (those the leader has reached without interruption for [`HEALTH_INTERVAL`];
+//!   the leader itself always counts) are each a quorum of the new voter set. A member that is
+//!   added is neither started nor active; removing a voter that is down only needs the rest to
+//!   keep quorum.
+//! - At most [`MAX_LEARNERS`] learner, as etcd; a learner is promoted only once its matched log
+//!   index is within [`LEARNER_READY`] of the leader's last log index.
+//! - A member id is computed from the peer URLs, the cluster token and the current time, so an
+//!   id is never reused after a removal (etcd does the same).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::ChangeMembers;
+
+use super::error::ApiError;
+use crate::config::compute_member_id;
+use crate::proto::etcdserverpb::{
+    Member as EtcdMember, MemberAddRequest, MemberAddResponse, MemberPromoteRequest,
+    MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
+    MemberUpdateResponse,
+};
+use crate::proto::kvdpb::{
+    membership_request, membership_response, MembershipRequest, RemovedRequest,
+};
+use crate::raft::network::Links;
+use crate::raft::node::REQUEST_TIMEOUT;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::types::Membership;
+use crate::raft::{Member, NodeId, RaftNode};
+
+/// How long the leader must have reached a peer without interruption for it to count as active
+/// (etcd's HealthInterval).
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// etcd allows one learner at a time.
+pub const MAX_LEARNERS: usize = 1;
+/// A learner is in sync when its matched index is at least this fraction of the leader's.
+pub const LEARNER_READY: f64 = 0.9;
+
+/// Leader-side membership changes and the routing of requests to the leader.
+pub struct Reconfig {
+    pub node: RaftNode,
+    pub links: Links,
+    pub cluster_id: u64,
+    /// `--initial-cluster-token`, part of every new member id.
+    pub token: String,
+    lock: tokio::sync::Mutex<()>,
+}
+
+fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// etcd's member list for a membership config: published name and client URLs come from the
+/// state machine (empty until the member has started).
+pub fn members_of(m: &Membership, sm: &StateMachine) -> Result<Vec<EtcdMember>, ApiError> {
+    let voters: BTreeSet<NodeId> = m.voter_ids().collect();
+    let mut out = Vec::new();
+    for (id, node) in m.nodes() {
+        let attrs = sm
+            .member_attrs(*id)
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .unwrap_or_default();
+        out.push(EtcdMember {
+            id: *id,
+            name: attrs.name,
+            peer_ur_ls: node.peer_urls.clone(),
+            client_ur_ls: attrs.client_urls,
+            is_learner: !voters.contains(id),
+        });
+    }
+    Ok(out)
+}
+
+/// etcd accepts http(s) and unix(s) URLs with an explicit host:port.
+fn valid_peer_urls(urls: &[String]) -> bool {
+    !urls.is_empty()
+        && urls.iter().all(|u| match url::Url::parse(u) {
+            Ok(p) => {
+                matches!(p.scheme(), "http" | "https" | "unix" | "unixs")
+                    && p.host_str().is_some_and(|h| !h.is_empty())
+                    && p.port().is_some()
+                    && matches!(p.path(), "" | "/")
+            }
+            Err(_) => false,
+        })
+}
+
+fn raft_err(e: impl std::fmt::Display) -> ApiError {
+    let s = e.to_string();
+    if s.contains("forward") || s.contains("ForwardToLeader") {
+        ApiError::NotLeader
+    } else {
+        ApiError::Internal(s)
+    }
+}
+
+impl Reconfig {
+    pub fn new(node: RaftNode, links: Links, cluster_id: u64, token: String) -> Self {
+        Reconfig {
+            node,
+            links,
+            cluster_id,
+            token,
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Serves a request on any member: handled here when this member leads, forwarded to the
+    /// leader otherwise. A leader that stepped down meanwhile answers "not leader"; then the
+    /// request goes to whoever leads next, until the request deadline.
+    pub async fn request(
+        &self,
+        req: membership_request::Request,
+    ) -> Result<membership_response::Response, ApiError> {
+        let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            let (leader, member) = self.node.wait_leader(deadline).await?;
+            let r = if leader == self.node.id {
+                self.handle(req.clone()).await
+            } else {
+                self.forward(&member, req.clone(), deadline).await
+            };
+            match r {
+                Err(ApiError::NotLeader) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(ApiError::NotLeader) => return Err(ApiError::Timeout),
+                r => return r,
+            }
+        }
+    }
+
+    async fn forward(
+        &self,
+        leader: &Member,
+        req: membership_request::Request,
+        deadline: std::time::Instant,
+    ) -> Result<membership_response::Response, ApiError> {
+        let mut c = self
+            .node
+            .channels
+            .peer(leader)
+            .map_err(ApiError::Internal)?;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let call = c.membership(MembershipRequest { request: Some(req) });
+        match tokio::time::timeout(left, call).await {
+            Err(_) => Err(ApiError::Timeout),
+            Ok(Ok(r)) => r
+                .into_inner()
+                .response
+                .ok_or_else(|| ApiError::Internal("empty membership reply".into())),
+            Ok(Err(s)) if s.message() == ApiError::NotLeader.to_string() => {
+                Err(ApiError::NotLeader)
+            }
+            // The leader is unreachable: treat it like a leader change and look again.
+            Ok(Err(s)) if s.code() == tonic::Code::Unavailable && s.message().is_empty() => {
+                Err(ApiError::NotLeader)
+            }
+            Ok(Err(s)) => Err(ApiError::Remote(s.code(), s.message().to_string())),
+        }
+    }
+
+    /// Leader side: checks and proposes one change.
+    pub async fn handle(
+        &self,
+        req: membership_request::Request,
+    ) -> Result<membership_response::Response, ApiError> {
+        use membership_request::Request as Q;
+        use membership_response::Response as R;
+        let _one_at_a_time = self.lock.lock().await;
+        if self.node.raft.metrics().borrow_watched().current_leader != Some(self.node.id) {
+            return Err(ApiError::NotLeader);
+        }
+        match req {
+            Q::Add(r) => self.add(r).await.map(R::Add),
+            Q::Remove(r) => self.remove(r).await.map(R::Remove),
+            Q::Update(r) => self.update(r).await.map(R::Update),
+            Q::Promote(r) => self.promote(r).await.map(R::Promote),
+        }
+    }
+
+    fn membership(&self) -> Membership {
+        self.node
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .clone()
+    }
+
+    fn started(&self, id: NodeId) -> Result<bool, ApiError> {
+        Ok(self
+            .node
+            .sm
+            .member_attrs(id)
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .is_some())
+    }
+
+    fn active(&self, id: NodeId) -> bool {
+        id == self.node.id || self.links.active_for(id, HEALTH_INTERVAL)
+    }
+
+    /// The strict reconfiguration check for a voter set about to take effect. `joining` is a
+    /// member of `voters` that is not a voter yet: it counts as started only if `joining_started`.
+    fn check_quorum(
+        &self,
+        voters: &BTreeSet<NodeId>,
+        joining: Option<(NodeId, bool)>,
+    ) -> Result<(), ApiError> {
+        let mut started = 0;
+        let mut active = 0;
+        for v in voters {
+            let (s, a) = match joining {
+                Some((j, s)) if j == *v => (s, s && self.active(j)),
+                _ => (self.started(*v)?, self.active(*v)),
+            };
+            started += usize::from(s);
+            active += usize::from(a);
+        }
+        let n = voters.len();
+        // etcd lets a one-member cluster grow to two (restoring a cluster from one member).
+        let growing_from_one = n == 2 && started == 1 && joining.is_some();
+        if started < quorum(n) && !growing_from_one {
+            return Err(ApiError::NotEnoughStartedMembers);
+        }
+        if active < quorum(n) && !growing_from_one {
+            return Err(ApiError::Unhealthy);
+        }
+        Ok(())
+    }
+
+    fn header_members(&self, m: Option<&Membership>) -> Result<Vec<EtcdMember>, ApiError> {
+        match m {
+            Some(m) => members_of(m, &self.node.sm),
+            None => members_of(&self.membership(), &self.node.sm),
+        }
+    }
+
+    async fn add(&self, r: MemberAddRequest) -> Result<MemberAddResponse, ApiError> {
+        if !valid_peer_urls(&r.peer_ur_ls) {
+            return Err(ApiError::BadMemberUrls);
+        }
+        let m = self.membership();
+        if m.nodes()
+            .any(|(_, n)| n.peer_urls.iter().any(|u| r.peer_ur_ls.contains(u)))
+        {
+            return Err(ApiError::PeerUrlsExist);
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let id = compute_member_id(&r.peer_ur_ls, &self.token, Some(now));
+        if m.get_node(&id).is_some() {
+            return Err(ApiError::MemberIdExists);
+        }
+        let mut voters: BTreeSet<NodeId> = m.voter_ids().collect();
+        if r.is_learner {
+            if m.learner_ids().count() >= MAX_LEARNERS {
+                return Err(ApiError::TooManyLearners);
+            }
+            self.check_quorum(&voters, None)?;
+        } else {
+            voters.insert(id);
+            self.check_quorum(&voters, Some((id, false)))?;
+        }
+        let node = Member {
+            peer_urls: r.peer_ur_ls.clone(),
+        };
+        tracing::info!(member = %format!("{id:x}"), urls = %node, learner = r.is_learner, "adding member");
+        // Neither call waits for the new member: a learner entry commits with the voters, and
+        // the checks above guarantee the voter set with the new member has a quorum without it.
+        let resp = if r.is_learner {
+            tokio::time::timeout(REQUEST_TIMEOUT, self.node.raft.add_learner(id, node, false)).await
+        } else {
+            tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                self.node.raft.change_membership(
+                    ChangeMembers::AddVoters(BTreeMap::from([(id, node)])),
+                    true,
+                ),
+            )
+            .await
+        }
+        .map_err(|_| ApiError::Timeout)?
+        .map_err(raft_err)?;
+        Ok(MemberAddResponse {
+            header: None,
+            member: Some(EtcdMember {
+                id,
+                name: String::new(),
+                peer_ur_ls: r.peer_ur_ls,
+                client_ur_ls: vec![],
+                is_learner: r.is_learner,
+            }),
+            members: self.header_members(resp.membership.as_ref())?,
+        })
+    }
+
+    async fn remove(&self, r: MemberRemoveRequest) -> Result<MemberRemoveResponse, ApiError> {
+        let id = r.id;
+        let m = self.membership();
+        if m.get_node(&id).is_none() {
+            return Err(ApiError::MemberNotFound);
+        }
+        let is_voter = m.voter_ids().any(|v| v == id);
+        let change = if is_voter {
+            let rest: BTreeSet<NodeId> = m.voter_ids().filter(|v| *v != id).collect();
+            let started = rest
+                .iter()
+                .map(|v| self.started(*v))
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .filter(|s| *s)
+                .count();
+            if started < quorum(rest.len()) {
+                return Err(ApiError::NotEnoughStartedMembers);
+            }
+            // A member that is down is not part of the active quorum: removing it changes
+            // nothing for the members still serving.
+            let down = id != self.node.id && !self.links.active_for(id, Duration::ZERO);
+            if !down && rest.iter().filter(|v| self.active(**v)).count() < quorum(rest.len()) {
+                return Err(ApiError::Unhealthy);
+            }
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        tracing::info!(member = %format!("{id:x}"), voter = is_voter, "removing member");
+        // Removing this member (the leader) is fine: once the change commits, openraft hands
+        // leadership to another voter and this member's removal watch stops the process.
+        let resp = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            self.node.raft.change_membership(change, false),
+        )
+        .await
+        .map_err(|_| ApiError::Timeout)?
+        .map_err(raft_err)?;
+        if id != self.node.id {
+            if let Some(node) = m.get_node(&id) {
+                tokio::spawn(notify_removed(
+                    self.node.clone(),
+                    node.clone(),
+                    self.cluster_id,
+                    id,
+                ));
+            }
+        }
+        Ok(MemberRemoveResponse {
+            header: None,
+            members: self.header_members(resp.membership.as_ref())?,
+        })
+    }
+
+    async fn update(&self, r: MemberUpdateRequest) -> Result<MemberUpdateResponse, ApiError> {
+        let m = self.membership();
+        if m.get_node(&r.id).is_none() {
+            return Err(ApiError::MemberNotFound);
+        }
+        if !valid_peer_urls(&r.peer_ur_ls) {
+            return Err(ApiError::BadMemberUrls);
+        }
+        if m.nodes()
+            .any(|(id, n)| *id != r.id && n.peer_urls.iter().any(|u| r.peer_ur_ls.contains(u)))
+        {
+            return Err(ApiError::PeerUrlsExist);
+        }
+        let node = Member {
+            peer_urls: r.peer_ur_ls,
+        };
+        tracing::info!(member = %format!("{:x}", r.id), urls = %node, "updating member");
+        let resp = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            self.node.raft.change_membership(
+                ChangeMembers::SetNodes(BTreeMap::from([(r.id, node)])),
+                true,
+            ),
+        )
+        .await
+        .map_err(|_| ApiError::Timeout)?
+        .map_err(raft_err)?;
+        Ok(MemberUpdateResponse {
+            header: None,
+            members: self.header_members(resp.membership.as_ref())?,
+        })
+    }
+
+    async fn promote(&self, r: MemberPromoteRequest) -> Result<MemberPromoteResponse, ApiError> {
+        let id = r.id;
+        let m = self.membership();
+        if m.get_node(&id).is_none() {
+            return Err(ApiError::MemberNotFound);
+        }
+        if m.voter_ids().any(|v| v == id) {
+            return Err(ApiError::NotLearner);
+        }
+        let (matched, last) = {
+            let metrics = self.node.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            let matched = metrics
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&id).cloned().flatten())
+                .map_or(0, |l| l.index);
+            (matched, metrics.last_log_index.unwrap_or(0))
+        };
+        if (matched as f64) < (last as f64) * LEARNER_READY {
+            return Err(ApiError::LearnerNotReady);
+        }
+        let mut voters: BTreeSet<NodeId> = m.voter_ids().collect();
+        voters.insert(id);
+        self.check_quorum(&voters, Some((id, self.started(id)?)))?;
+        tracing::info!(member = %format!("{id:x}"), matched, last, "promoting learner");
+        let resp = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            self.node
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true),
+        )
+        .await
+        .map_err(|_| ApiError::Timeout)?
+        .map_err(raft_err)?;
+        Ok(MemberPromoteResponse {
+            header: None,
+            members: self.header_members(resp.membership.as_ref())?,
+        })
+    }
+
+    /// MoveLeader: served by the leader only, as etcd (clients find the leader themselves).
+    /// Returns once the target leads, or fails after the request timeout.
+    pub async fn move_leader(&self, target: NodeId) -> Result<(), ApiError> {
+        let m = self.node.raft.metrics().borrow_watched().clone();
+        if m.current_leader != Some(self.node.id) {
+            return Err(ApiError::NotLeader);
+        }
+        if !m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == target)
+        {
+            return Err(ApiError::BadLeaderTransferee);
+        }
+        if target == self.node.id {
+            return Ok(());
+        }
+        tracing::info!(to = %format!("{target:x}"), "moving leadership");
+        self.node
+            .raft
+            .trigger()
+            .transfer_leader(target)
+            .await
+            .map_err(|_| ApiError::Stopped)?;
+        let mut rx = self.node.raft.metrics();
+        tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            rx.wait_until(|m: &openraft::RaftMetrics<crate::raft::TypeConfig>| {
+                m.current_leader == Some(target)
+            }),
+        )
+        .await
+        .map_err(|_| ApiError::LeaderTransferTimeout)?
+        .map_err(|_| ApiError::Stopped)?;
+        Ok(())
+    }
+}
+
+/// Tells a removed member it is out: replication to it stopped when its removal was proposed,
+/// so it may never see the commit itself. Best effort; a member that is down learns nothing.
+async fn notify_removed(node: RaftNode, target: Member, cluster_id: u64, member_id: NodeId) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if let Ok(mut c) = node.channels.peer(&target) {
+            let call = c.removed(RemovedRequest {
+                cluster_id,
+                member_id,
+            });
+            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), call).await {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Resolves when this member learns it has been removed: from the leader's notice, or from a
+/// committed configuration without it. `was_member` is whether this member knows it belonged to
+/// the cluster; a joining member replays configurations from before it was added, which must
+/// not count as a removal.
+pub async fn removed(
+    node: RaftNode,
+    mut was_member: bool,
+    mut notice: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut rx = node.raft.metrics();
+    loop {
+        {
+            let m = rx.borrow_watched();
+            let committed = &m.committed_membership_config;
+            if committed.membership().get_node(&node.id).is_some() {
+                was_member = true;
+            } else if was_member && committed.log_id().is_some() {
+                return;
+            }
+        }
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { std::future::pending::<()>().await },
+            r = notice.wait_for(|r| *r) => if r.is_ok() { return } else { std::future::pending::<()>().await },
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Run-time membership changes on real `kvd` processes: etcd's strict reconfiguration checks
+//! (refused and allowed cases), replacing a dead member through a learner, removing the leader,
+//! and the removed member's exit.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{get, put, Cluster};
+use kvd::proto::etcdserverpb::{
+    MemberAddRequest, MemberAddResponse, MemberListRequest, MemberPromoteRequest,
+    MemberRemoveRequest, MemberUpdateRequest, MoveLeaderRequest, StatusRequest,
+};
+use tonic::Code;
+
+/// Past etcd's 5 s health interval, so every live link counts as active.
+const SETTLE: Duration = Duration::from_millis(5500);
+
+async fn member_id(c: &Cluster, i: usize) -> u64 {
+    let st = c
+        .maintenance(i)
+        .await
+        .status(StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    st.header.unwrap().member_id
+}
+
+async fn add(
+    c: &Cluster,
+    via: usize,
+    urls: &[String],
+    learner: bool,
+) -> Result<MemberAddResponse, tonic::Status> {
+    c.cluster(via)
+        .await
+        .member_add(MemberAddRequest {
+            peer_ur_ls: urls.to_vec(),
+            is_learner: learner,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn remove(c: &Cluster, via: usize, id: u64) -> Result<(), tonic::Status> {
+    c.cluster(via)
+        .await
+        .member_remove(MemberRemoveRequest { id })
+        .await
+        .map(|_| ())
+}
+
+async fn promote(c: &Cluster, via: usize, id: u64) -> Result<(), tonic::Status> {
+    c.cluster(via)
+        .await
+        .member_promote(MemberPromoteRequest { id })
+        .await
+        .map(|_| ())
+}
+
+fn assert_refused(r: Result<impl std::fmt::Debug, tonic::Status>, code: Code, msg: &str) {
+    let e = r.expect_err("change should be refused");
+    assert_eq!((e.code(), e.message()), (code, msg), "{e:?}");
+}
+
+fn followers(c: &Cluster, leader: usize) -> Vec<usize> {
+    (0..c.members.len())
+        .filter(|i| *i != leader && c.members[*i].child.is_some())
+        .collect()
+}
+
+/// `--initial-cluster` for a new member as etcdctl builds it from the add response.
+fn initial_cluster_for(resp: &MemberAddResponse, name: &str) -> String {
+    let new_id = resp.member.as_ref().unwrap().id;
+    resp.members
+        .iter()
+        .flat_map(|m| {
+            let n = if m.id == new_id { name } else { &m.name };
+            m.peer_ur_ls.iter().map(move |u| format!("{n}={u}"))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_member_refusals_then_replace_it_through_a_learner() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let f = followers(&c, leader);
+    let (dead, healthy) = (f[0], f[1]);
+    let dead_id = member_id(&c, dead).await;
+    let healthy_id = member_id(&c, healthy).await;
+    let mut w = c.kv(leader).await;
+    for i in 0..30 {
+        put(&mut w, &format!("k{i}"), "v").await.unwrap();
+    }
+    c.kill(dead);
+    tokio::time::sleep(SETTLE).await;
+
+    // Removing a healthy member would leave one active voter of two.
+    assert_refused(
+        remove(&c, healthy, healthy_id).await,
+        Code::Unavailable,
+        "etcdserver: unhealthy cluster",
+    );
+    // A fourth voter needs three active voters; only two are.
+    let spare = format!("http://127.0.0.1:{}", common::free_port());
+    assert_refused(
+        add(&c, healthy, std::slice::from_ref(&spare), false).await,
+        Code::Unavailable,
+        "etcdserver: unhealthy cluster",
+    );
+    assert_refused(
+        remove(&c, leader, 0x1234).await,
+        Code::NotFound,
+        "etcdserver: member not found",
+    );
+    assert_refused(
+        promote(&c, leader, healthy_id).await,
+        Code::FailedPrecondition,
+        "etcdserver: can only promote a learner member",
+    );
+    assert_refused(
+        add(&c, leader, &[c.members[healthy].peer_url()], true).await,
+        Code::FailedPrecondition,
+        "etcdserver: Peer URLs already exists",
+    );
+
+    // The dead member is not part of the active quorum: removing it is allowed.
+    remove(&c, healthy, dead_id).await.unwrap();
+
+    // Replace it: add as learner, start it as an existing-cluster member, promote.
+    let n = c.new_member("m3");
+    let resp = add(&c, healthy, &[c.members[n].peer_url()], true)
+        .await
+        .unwrap();
+    let new = resp.member.clone().unwrap();
+    assert!(new.is_learner);
+    assert_eq!(resp.members.len(), 3);
+    assert!(resp
+        .members
+        .iter()
+        .any(|m| m.id == new.id && m.name.is_empty()));
+    c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
+    c.spawn(n);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match promote(&c, leader, new.id).await {
+            Ok(()) => break,
+            Err(e) if Instant::now() < deadline => {
+                assert!(
+                    e.message().contains("in sync with leader")
+                        || e.message().contains("not enough started")
+                        || e.message().contains("unhealthy"),
+                    "{e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("promote: {e:?}\n{}", c.log_of(n)),
+        }
+    }
+
+    // The new member serves: a write through it is readable on the leader.
+    let mut nw = c.kv(n).await;
+    put(&mut nw, "via-new", "yes").await.unwrap();
+    assert_eq!(
+        get(&mut w, "via-new").await.unwrap().as_deref(),
+        Some("yes")
+    );
+    assert_eq!(get(&mut nw, "k29").await.unwrap().as_deref(), Some("v"));
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let list = c
+            .cluster(leader)
+            .await
+            .member_list(MemberListRequest { linearizable: true })
+            .await
+            .unwrap()
+            .into_inner();
+        let names: Vec<_> = list.members.iter().map(|m| m.name.clone()).collect();
+        if list.members.len() == 3
+            && list
+                .members
+                .iter()
+                .all(|m| !m.is_learner && !m.name.is_empty())
+        {
+            assert!(names.contains(&"m3".to_string()), "{names:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{list:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learner_rules_update_and_move_leader() {
+    let c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let f = followers(&c, leader);
+    let mut w = c.kv(leader).await;
+    for i in 0..50 {
+        put(&mut w, &format!("k{i}"), "v").await.unwrap();
+    }
+    tokio::time::sleep(SETTLE).await;
+
+    // A learner that never started is not in sync: promotion is refused.
+    let url = format!("http://127.0.0.1:{}", common::free_port());
+    let resp = add(&c, f[0], std::slice::from_ref(&url), true)
+        .await
+        .unwrap();
+    let learner = resp.member.unwrap().id;
+    assert_refused(
+        promote(&c, f[0], learner).await,
+        Code::FailedPrecondition,
+        "etcdserver: can only promote a learner member which is in sync with leader",
+    );
+    // One learner at a time.
+    let url2 = format!("http://127.0.0.1:{}", common::free_port());
+    assert_refused(
+        add(&c, f[1], std::slice::from_ref(&url2), true).await,
+        Code::FailedPrecondition,
+        "etcdserver: too many learner members in cluster",
+    );
+    assert_refused(
+        add(&c, f[1], &["not a url".into()], true).await,
+        Code::InvalidArgument,
+        "etcdserver: given member URLs are invalid",
+    );
+
+    // Update the learner's peer URLs.
+    let up = c
+        .cluster(f[1])
+        .await
+        .member_update(MemberUpdateRequest {
+            id: learner,
+            peer_ur_ls: vec![url2.clone()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let m = up.members.iter().find(|m| m.id == learner).unwrap();
+    assert_eq!(m.peer_ur_ls, vec![url2]);
+
+    // MoveLeader: only the leader serves it, and only to a voter.
+    let target = member_id(&c, f[0]).await;
+    let e = c
+        .maintenance(f[1])
+        .await
+        .move_leader(MoveLeaderRequest { target_id: target })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::FailedPrecondition, "etcdserver: not leader")
+    );
+    let e = c
+        .maintenance(leader)
+        .await
+        .move_leader(MoveLeaderRequest { target_id: learner })
+        .await
+        .unwrap_err();
+    assert_eq!(e.message(), "etcdserver: bad leader transferee");
+    c.maintenance(leader)
+        .await
+        .move_leader(MoveLeaderRequest { target_id: target })
+        .await
+        .unwrap();
+    assert_eq!(c.wait_for_leader(Duration::from_secs(5)).await, f[0]);
+
+    // Removing a learner is always allowed.
+    remove(&c, leader, learner).await.unwrap();
+    let list = c
+        .cluster(f[0])
+        .await
+        .member_list(MemberListRequest { linearizable: true })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.members.len(), 3);
+    assert!(list.members.iter().all(|m| !m.is_learner));
+
+    // kvctl prints what etcdctl 3.4 prints.
+    let eps = format!("--endpoints={}", c.members[f[1]].client_url());
+    let url3 = format!("http://127.0.0.1:{}", common::free_port());
+    let out = kvctl(&[
+        &eps,
+        "member",
+        "add",
+        "m9",
+        &format!("--peer-urls={url3}"),
+        "--learner",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("Member ") && lines[0].contains(" added as learner to cluster "),
+        "{out}"
+    );
+    assert_eq!(lines[1], "");
+    assert_eq!(lines[2], "ETCD_NAME=\"m9\"");
+    assert!(
+        lines[3].starts_with("ETCD_INITIAL_CLUSTER=\"") && lines[3].contains(&format!("m9={url3}")),
+        "{out}"
+    );
+    assert_eq!(
+        lines[4],
+        format!("ETCD_INITIAL_ADVERTISE_PEER_URLS=\"{url3}\"")
+    );
+    assert_eq!(lines[5], "ETCD_INITIAL_CLUSTER_STATE=\"existing\"");
+    let id = lines[0].split_whitespace().nth(1).unwrap().to_string();
+    let out = kvctl(&[&eps, "member", "remove", &id]);
+    assert!(
+        out.starts_with(&format!("Member {id:>16} removed from cluster ")),
+        "{out}"
+    );
+    let out = kvctl(&[
+        &format!(
+            "--endpoints={},{}",
+            c.members[f[1]].client_url(),
+            c.members[f[0]].client_url()
+        ),
+        "move-leader",
+        &format!("{:x}", member_id(&c, f[1]).await),
+    ]);
+    assert_eq!(
+        out,
+        format!(
+            "Leadership transferred from {:x} to {:x}\n",
+            target,
+            member_id(&c, f[1]).await
+        )
+    );
+}
+
+fn kvctl(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvctl"))
+        .args(args)
+        .env_remove("ETCDCTL_ENDPOINTS")
+        .env_remove("ETCDCTL_WRITE_OUT")
+        .output()
+        .expect("run kvctl");
+    assert!(
+        out.status.success(),
+        "kvctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_follower_and_removed_leader_exit() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let f = followers(&c, leader);
+    tokio::time::sleep(SETTLE).await;
+
+    // A removed follower is told so by the leader and exits.
+    let fid = member_id(&c, f[0]).await;
+    remove(&c, f[1], fid).await.unwrap();
+    let st = c.wait_exit(f[0], Duration::from_secs(10));
+    assert!(
+        st.is_some(),
+        "removed follower still runs\n{}",
+        c.log_of(f[0])
+    );
+    assert!(c
+        .log_of(f[0])
+        .contains("the member has been permanently removed from the cluster"));
+
+    // Removing the leader (through the other member): leadership moves, the old leader exits.
+    let lid = member_id(&c, leader).await;
+    remove(&c, f[1], lid).await.unwrap();
+    let st = c.wait_exit(leader, Duration::from_secs(10));
+    assert!(
+        st.is_some(),
+        "removed leader still runs\n{}",
+        c.log_of(leader)
+    );
+    assert!(c
+        .log_of(leader)
+        .contains("the member has been permanently removed from the cluster"));
+    assert_eq!(c.wait_for_leader(Duration::from_secs(10)).await, f[1]);
+    let mut w = c.kv(f[1]).await;
+    put(&mut w, "after", "1").await.unwrap();
+    let list = c
+        .cluster(f[1])
+        .await
+        .member_list(MemberListRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.members.len(), 1);
+}
