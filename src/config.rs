@@ -73,6 +73,14 @@ pub struct Flags {
     /// Number of committed transactions to trigger a snapshot to disk.
     #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 10000)]
     pub snapshot_count: u64,
+    /// Number of entries a slow follower can catch up on after a snapshot (older entries are
+    /// purged, so a follower further behind gets the snapshot).
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_SNAPSHOT_CATCHUP_ENTRIES",
+        default_value_t = 5000
+    )]
+    pub experimental_snapshot_catchup_entries: u64,
     /// Maximum client request size in bytes the server will accept.
     #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1572864)]
     pub max_request_bytes: usize,
@@ -117,6 +125,7 @@ pub struct Config {
     pub heartbeat: Duration,
     pub election_timeout: Duration,
     pub snapshot_count: u64,
+    pub snapshot_catchup_entries: u64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub log_level: String,
@@ -287,6 +296,7 @@ impl Flags {
             heartbeat: Duration::from_millis(self.heartbeat_interval),
             election_timeout: Duration::from_millis(self.election_timeout),
             snapshot_count: self.snapshot_count,
+            snapshot_catchup_entries: self.experimental_snapshot_catchup_entries,
             max_request_bytes: self.max_request_bytes,
             max_txn_ops: self.max_txn_ops,
             log_level: self.log_level,

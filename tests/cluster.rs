@@ -213,7 +213,15 @@ async fn require_leader_requests_fail_fast_without_quorum() {
 async fn lagging_member_catches_up_by_snapshot_after_log_purge() {
     // A tiny snapshot count makes the leader purge its log while one member is down, so the
     // member can only catch up by installing a snapshot.
-    let mut c = Cluster::start_opts(3, false, &["--snapshot-count=50"]).await;
+    let mut c = Cluster::start_opts(
+        3,
+        false,
+        &[
+            "--snapshot-count=50",
+            "--experimental-snapshot-catchup-entries=20",
+        ],
+    )
+    .await;
     let leader = c.wait_for_leader(Duration::from_secs(10)).await;
     let down = other(&[leader]);
     c.kill(down);

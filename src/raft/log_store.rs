@@ -29,7 +29,21 @@ struct LogState_ {
     entries: BTreeMap<u64, Entry>,
     vote: Option<Vote>,
     committed: Option<LogId>,
+    /// True when `committed` changed since it was last written to the WAL.
+    committed_dirty: bool,
     purged: Option<LogId>,
+}
+
+impl LogState_ {
+    /// The committed id as a record to ride along with the next WAL write, if it changed. It
+    /// is never written on its own: that would cost an fsync per commit on every member, and a
+    /// recovered committed id that lags the truth is safe (openraft re-learns the rest).
+    fn take_committed(&mut self) -> Option<Record> {
+        if !std::mem::take(&mut self.committed_dirty) {
+            return None;
+        }
+        Some(Record::Committed(encode(&self.committed)))
+    }
 }
 
 /// The WAL-backed log store; clones share the same log.
@@ -91,6 +105,15 @@ impl LogStore {
             state: Arc::new(Mutex::new(st)),
             wal: Arc::new(wal),
         })
+    }
+
+    /// Makes the latest committed id durable (graceful stop), so a restart re-applies up to it.
+    pub async fn flush_committed(&self) -> Result<(), StoreError> {
+        let rec = self.state.lock().unwrap().take_committed();
+        if let Some(r) = rec {
+            self.wal.write(vec![r]).await?;
+        }
+        Ok(())
     }
 
     /// The WAL, for metrics.
@@ -203,6 +226,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut records = Vec::new();
         {
             let mut st = self.state.lock().unwrap();
+            records.extend(st.take_committed());
             for e in entries {
                 records.push(Record::Entry {
                     index: e.index(),

@@ -99,15 +99,23 @@ fn snapshot_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
         let p = e?.path();
         match p.extension().and_then(|x| x.to_str()) {
             Some("snap") => v.push(p),
-            // Leftover of a write interrupted by a crash: never renamed, so never used.
-            Some("tmp") => {
-                let _ = fs::remove_file(&p);
-            }
             _ => {}
         }
     }
     v.sort();
     Ok(v)
+}
+
+/// Removes leftovers of writes interrupted by a crash (never renamed, so never used). Only
+/// safe while no snapshot is being written, i.e. when the state machine opens.
+pub fn remove_temporaries(dir: &Path) -> Result<(), StoreError> {
+    for e in fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.extension().and_then(|x| x.to_str()) == Some("tmp") {
+            fs::remove_file(&p)?;
+        }
+    }
+    Ok(())
 }
 
 /// The newest snapshot, if any.

@@ -62,6 +62,9 @@ pub struct SmShared {
     pub db: sled::Db,
     pub mvcc: MvccStore,
     snap_dir: PathBuf,
+    /// Serializes snapshot file I/O: a build, an install and a read of the newest snapshot
+    /// may otherwise race (one removing the file another is about to read).
+    snap_io: std::sync::Mutex<()>,
     applied_tx: watch::Sender<u64>,
     /// The store revision after the last apply: watchers wake on it and read new events from
     /// the MVCC history (which is durable in sled before this is sent).
@@ -79,6 +82,7 @@ impl StateMachine {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let snap_dir = dir.join("snap");
         std::fs::create_dir_all(&snap_dir)?;
+        snapshot_file::remove_temporaries(&snap_dir)?;
         let db = sled::Config::new().path(dir.join("db")).open()?;
         let mvcc = MvccStore::open(&db)?;
         let (applied_tx, _) = watch::channel(0);
@@ -88,6 +92,7 @@ impl StateMachine {
                 db,
                 mvcc,
                 snap_dir,
+                snap_io: std::sync::Mutex::new(()),
                 applied_tx,
                 revision_tx,
             }),
@@ -347,6 +352,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let _io = self.shared.snap_io.lock().unwrap();
         let Some((_, path)) = snapshot_file::latest(&self.shared.snap_dir)? else {
             return Ok(None);
         };
@@ -389,11 +395,13 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .flush_async()
             .await
             .map_err(StoreError::from)?;
-        let dir = self.sm.shared.snap_dir.clone();
+        let shared = self.sm.shared.clone();
         let (meta2, data2) = (meta.clone(), data.clone());
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
-            snapshot_file::write(&dir, &meta2, &data2)?;
-            snapshot_file::remove_older(&dir, &meta2)
+            let _io = shared.snap_io.lock().unwrap();
+            let dir = &shared.snap_dir;
+            snapshot_file::write(dir, &meta2, &data2)?;
+            snapshot_file::remove_older(dir, &meta2)
         })
         .await
         .map_err(io::Error::other)??;

@@ -95,7 +95,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         election_timeout_max: 2 * cfg.election_timeout.as_millis() as u64,
         enable_pre_vote: Some(true),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_count),
-        max_in_snapshot_log_to_keep: 5000,
+        max_in_snapshot_log_to_keep: cfg.snapshot_catchup_entries,
         install_snapshot_timeout: 10_000,
         ..Default::default()
     }
@@ -241,6 +241,9 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     hand_over_leadership(&node).await;
     let _ = stop_tx.send(true);
     let _ = raft.shutdown().await;
+    if let Err(e) = node.log.flush_committed().await {
+        tracing::warn!("could not persist the committed index: {e}");
+    }
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
     }
