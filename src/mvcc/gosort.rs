@@ -336,9 +336,8 @@ impl<T, F: FnMut(&T, &T) -> bool> Sorter<'_, T, F> {
     /// The index among `a`, `b`, `c` holding the median.
     fn median(&mut self, a: usize, b: usize, c: usize, swaps: &mut usize) -> usize {
         let (a, b) = self.order2(a, b, swaps);
-        let (b, c) = self.order2(b, c, swaps);
-        let _ = c;
-        let (_a, b) = self.order2(a, b, swaps);
+        let (b, _) = self.order2(b, c, swaps);
+        let (_, b) = self.order2(a, b, swaps);
         b
     }
 
