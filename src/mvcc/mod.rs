@@ -28,6 +28,7 @@
 mod apply;
 mod check;
 mod error;
+mod gosort;
 mod index;
 mod view;
 

@@ -93,9 +93,11 @@ fn model_range(m: &Kvs, req: &RangeRequest) -> RangeResponse {
             SortTarget::Value => (0, kv.value.clone()),
         }
     };
+    // Go's sort.Sort is not stable; the tie order is whatever its pdqsort produces.
+    let less = |a: &KeyValue, b: &KeyValue| sort_key(a) < sort_key(b);
     match order {
-        SortOrder::Ascend => kvs.sort_by_key(sort_key),
-        SortOrder::Descend => kvs.sort_by_key(|kv| std::cmp::Reverse(sort_key(kv))),
+        SortOrder::Ascend => super::gosort::sort_by(&mut kvs, less),
+        SortOrder::Descend => super::gosort::sort_by_reverse(&mut kvs, less),
         SortOrder::None => {}
     }
     let more = req.limit > 0 && kvs.len() as i64 > req.limit;

@@ -1,8 +1,8 @@
 //! Read path shared by committed reads and reads inside an apply batch.
 
-use std::cmp::Ordering;
 use std::ops::Bound;
 
+use super::gosort;
 use super::index::{KeyIndex, Record, Revision};
 use super::MvccError;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
@@ -193,20 +193,20 @@ pub(crate) fn range_at(
         raw_order
     };
     if order != SortOrder::None {
-        let cmp = |a: &KeyValue, b: &KeyValue| -> Ordering {
+        let less = |a: &KeyValue, b: &KeyValue| -> bool {
             match target {
-                SortTarget::Key => a.key.cmp(&b.key),
-                SortTarget::Version => a.version.cmp(&b.version),
-                SortTarget::Create => a.create_revision.cmp(&b.create_revision),
-                SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
-                SortTarget::Value => a.value.cmp(&b.value),
+                SortTarget::Key => a.key < b.key,
+                SortTarget::Version => a.version < b.version,
+                SortTarget::Create => a.create_revision < b.create_revision,
+                SortTarget::Mod => a.mod_revision < b.mod_revision,
+                SortTarget::Value => a.value < b.value,
             }
         };
-        // Stable sorts: ties stay in ascending key order (Go's sort.Sort leaves them
-        // unspecified).
+        // etcd uses Go's sort.Sort, which is not stable: ties come out in whatever order
+        // Go's pdqsort leaves them, which `gosort` reproduces exactly.
         match order {
-            SortOrder::Descend => kvs.sort_by(|a, b| cmp(b, a)),
-            _ => kvs.sort_by(cmp),
+            SortOrder::Descend => gosort::sort_by_reverse(&mut kvs, less),
+            _ => gosort::sort_by(&mut kvs, less),
         }
     }
 
