@@ -174,7 +174,9 @@ impl StateMachine {
         self.shared.db.flush()?;
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
-        self.shared.revision_tx.send_replace(mvcc.current_revision());
+        self.shared
+            .revision_tx
+            .send_replace(mvcc.current_revision());
         Ok(())
     }
 }
@@ -275,11 +277,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(m) = &membership {
             meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
         }
-        let mut results = self
-            .shared
-            .mvcc
-            .apply(&reqs, &meta)
-            .map_err(StoreError::from)?;
+        let started = std::time::Instant::now();
+        let applied = self.shared.mvcc.apply(&reqs, &meta);
+        crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
+        let mut results = applied.map_err(StoreError::from)?;
         let current = self.shared.mvcc.current_revision();
 
         for ((_, responder), slot) in batch.into_iter().zip(slots) {

@@ -27,6 +27,8 @@ pub struct MemberProc {
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub child: Option<Child>,
+    /// Extra command-line arguments, passed as-is after the standard flags.
+    pub extra_args: Vec<String>,
 }
 
 impl MemberProc {
@@ -56,6 +58,15 @@ impl Cluster {
 
     /// Like `start`, but configures members through `ETCD_*` environment variables.
     pub async fn start_with(n: usize, use_env: bool) -> Cluster {
+        Self::start_custom(n, use_env, |_| Vec::new()).await
+    }
+
+    /// Like `start_with`, with `extra(i)` appended to member `i`'s command line.
+    pub async fn start_custom(
+        n: usize,
+        use_env: bool,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let members: Vec<MemberProc> = (0..n)
             .map(|i| MemberProc {
@@ -65,6 +76,7 @@ impl Cluster {
                 data_dir: dir.path().join(format!("m{i}.kvd")),
                 log: dir.path().join(format!("m{i}.log")),
                 child: None,
+                extra_args: extra(i),
             })
             .collect();
         let initial_cluster = members
@@ -111,6 +123,7 @@ impl Cluster {
                 cmd.arg(format!("--{k}={v}"));
             }
         }
+        cmd.args(&m.extra_args);
         cmd.env("KVD_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
