@@ -34,11 +34,27 @@ impl KeyGen {
 
     /// The key for the `i`-th request.
     pub fn key(&self, i: u64) -> Vec<u8> {
-        let n = if self.sequential {
-            i % self.space
+        self.keys(i, 1).pop().expect("one key")
+    }
+
+    /// `count` distinct consecutive keys (mod the key space) for the `i`-th request: a
+    /// transaction may not put the same key twice.
+    pub fn keys(&self, i: u64, count: u64) -> Vec<Vec<u8>> {
+        let first = if self.sequential {
+            i.wrapping_mul(count) % self.space
         } else {
             rand::thread_rng().gen_range(0..self.space)
         };
+        (0..count)
+            .map(|j| self.encode((first + j) % self.space))
+            .collect()
+    }
+
+    pub fn space(&self) -> u64 {
+        self.space
+    }
+
+    fn encode(&self, n: u64) -> Vec<u8> {
         let mut k = vec![0u8; self.size];
         let be = n.to_be_bytes();
         let take = self.size.min(8);
@@ -66,6 +82,10 @@ mod tests {
         assert_eq!(g.key(0), vec![0; 8]);
         assert_eq!(g.key(4), vec![0, 0, 0, 0, 0, 0, 0, 1]);
         assert_eq!(KeyGen::new(&args(16, 1, false)).unwrap().key(9).len(), 16);
+        let g = KeyGen::new(&args(8, 10, false)).unwrap();
+        let ks = g.keys(0, 10);
+        let set: std::collections::BTreeSet<_> = ks.iter().collect();
+        assert_eq!(set.len(), 10);
     }
 
     #[test]

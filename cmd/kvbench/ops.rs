@@ -41,8 +41,13 @@ impl Op {
 
     pub fn txn_put(k: &KeyArgs, ops: usize) -> anyhow::Result<Op> {
         anyhow::ensure!(ops > 0, "--txn-ops must be positive");
+        let keys = KeyGen::new(k)?;
+        anyhow::ensure!(
+            keys.space() >= ops as u64,
+            "--key-space-size must be at least --txn-ops (keys in a txn must differ)"
+        );
         Ok(Op::TxnPut {
-            keys: KeyGen::new(k)?,
+            keys,
             value: value(k.val_size),
             ops,
         })
@@ -97,10 +102,12 @@ impl Op {
                 .await?;
             }
             Op::TxnPut { keys, value, ops } => {
-                let success = (0..*ops as u64)
-                    .map(|j| RequestOp {
+                let success = keys
+                    .keys(i, *ops as u64)
+                    .into_iter()
+                    .map(|key| RequestOp {
                         request: Some(request_op::Request::RequestPut(PutRequest {
-                            key: keys.key(i * *ops as u64 + j),
+                            key,
                             value: value.clone(),
                             ..Default::default()
                         })),
