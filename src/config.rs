@@ -87,6 +87,9 @@ pub struct Flags {
     /// Maximum number of operations permitted in a transaction.
     #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
     pub max_txn_ops: usize,
+    /// List of URLs to serve /metrics and /health on (plain HTTP); empty: off.
+    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
+    pub listen_metrics_urls: String,
     /// Accept etcd's --logger / --log-level flags (level: debug, info, warn, error).
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -117,6 +120,8 @@ pub struct Config {
     pub listen_client: Vec<SocketAddr>,
     pub advertise_client_urls: Vec<String>,
     pub listen_peer: Vec<SocketAddr>,
+    /// Where to serve `/metrics` and `/health`; empty when metrics are off.
+    pub listen_metrics: Vec<SocketAddr>,
     pub advertise_peer_urls: Vec<String>,
     /// name -> peer URLs.
     pub initial_cluster: BTreeMap<String, Vec<String>>,
@@ -203,6 +208,14 @@ impl Flags {
             .iter()
             .map(|u| resolve("listen-peer-urls", u))
             .collect::<Result<_, _>>()?;
+        let listen_metrics = if self.listen_metrics_urls.trim().is_empty() {
+            Vec::new()
+        } else {
+            split_urls("listen-metrics-urls", &self.listen_metrics_urls)?
+                .iter()
+                .map(|u| resolve("listen-metrics-urls", u))
+                .collect::<Result<_, _>>()?
+        };
         let advertise_client_urls =
             split_urls("advertise-client-urls", &self.advertise_client_urls)?;
         let advertise_peer_urls = split_urls(
@@ -289,6 +302,7 @@ impl Flags {
             listen_client,
             advertise_client_urls,
             listen_peer,
+            listen_metrics,
             advertise_peer_urls,
             initial_cluster,
             initial_cluster_state,
@@ -385,6 +399,14 @@ mod tests {
         assert_eq!(c.listen_client, vec!["127.0.0.1:2379".parse().unwrap()]);
         assert_eq!(c.initial_cluster.len(), 1);
         assert_eq!(c.initial_cluster_state, ClusterState::New);
+        assert!(c.listen_metrics.is_empty());
+    }
+
+    #[test]
+    fn metrics_urls_are_parsed_like_client_urls() {
+        let c = flags(&["--listen-metrics-urls", "http://127.0.0.1:2381"]).unwrap();
+        assert_eq!(c.listen_metrics, vec!["127.0.0.1:2381".parse().unwrap()]);
+        assert!(flags(&["--listen-metrics-urls", "https://127.0.0.1:2381"]).is_err());
     }
 
     #[test]

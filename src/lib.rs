@@ -2,9 +2,11 @@
 //!
 //! Layers, bottom up: [`wal`] (fsynced write-ahead log), [`mvcc`] (etcd's revisioned key space
 //! on sled), [`raft`] (openraft on the WAL and the MVCC state machine, peer network), [`server`]
-//! (the etcd v3 gRPC services). [`config`] is the validated flag set.
+//! (the etcd v3 gRPC services). [`config`] is the validated flag set; [`metrics`] serves Prometheus metrics
+//! and `/health`.
 
 pub mod config;
+pub mod metrics;
 pub mod mvcc;
 pub mod proto;
 pub mod raft;

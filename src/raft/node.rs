@@ -109,6 +109,25 @@ impl RaftNode {
 
     /// Replicates `req` and returns what applying it produced, once this member has applied it.
     pub async fn propose(&self, req: InternalRequest) -> Result<InternalResponse, ProposeError> {
+        use crate::metrics::{PROPOSALS_FAILED, PROPOSALS_PENDING};
+        use std::sync::atomic::Ordering::Relaxed;
+        // A guard, so a caller that drops the future (client went away) still decrements.
+        struct Pending;
+        impl Drop for Pending {
+            fn drop(&mut self) {
+                PROPOSALS_PENDING.fetch_sub(1, Relaxed);
+            }
+        }
+        PROPOSALS_PENDING.fetch_add(1, Relaxed);
+        let _pending = Pending;
+        let r = self.propose_inner(req).await;
+        if r.is_err() {
+            PROPOSALS_FAILED.fetch_add(1, Relaxed);
+        }
+        r
+    }
+
+    async fn propose_inner(&self, req: InternalRequest) -> Result<InternalResponse, ProposeError> {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let cmd = Command(Bytes::from(req.encode_to_vec()));
         loop {

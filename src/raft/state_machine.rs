@@ -282,11 +282,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(m) = &membership {
             meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
         }
-        let mut results = self
-            .shared
-            .mvcc
-            .apply(&reqs, &meta)
-            .map_err(StoreError::from)?;
+        let started = std::time::Instant::now();
+        let applied = self.shared.mvcc.apply(&reqs, &meta);
+        crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
+        let mut results = applied.map_err(StoreError::from)?;
         let current = self.shared.mvcc.current_revision();
 
         for ((_, responder), slot) in batch.into_iter().zip(slots) {

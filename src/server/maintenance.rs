@@ -22,7 +22,8 @@ fn not_yet(what: &str) -> Status {
     ApiError::Unimplemented(format!("{what} is not supported yet")).into()
 }
 
-fn dir_size(p: &std::path::Path) -> u64 {
+/// Bytes in the files under `p` (etcd reports its bbolt file's size; sled is a directory).
+pub(crate) fn dir_size(p: &std::path::Path) -> u64 {
     let Ok(rd) = std::fs::read_dir(p) else {
         return 0;
     };

@@ -86,6 +86,11 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         client_listeners.push(bind(*a).await?);
     }
 
+    let mut metrics_listeners = Vec::new();
+    for a in &cfg.listen_metrics {
+        metrics_listeners.push(bind(*a).await?);
+    }
+
     let log = LogStore::open(&member_dir.join("wal"))?;
     let sm = StateMachine::open(&member_dir.join("sm"))?;
     let raft_cfg = openraft::Config {
@@ -184,6 +189,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     let max_msg = cfg.max_request_bytes + 512 * 1024;
     for l in client_listeners {
         let fut = tonic::transport::Server::builder()
+            .layer(crate::metrics::GrpcMetricsLayer)
             .add_service(
                 KvServer::new(kv::KvService { ctx: ctx.clone() })
                     .max_decoding_message_size(max_msg)
@@ -210,6 +216,20 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
             )
             .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(stop_rx.clone()));
         tasks.push(tokio::spawn(fut));
+    }
+
+    let mut aux = Vec::new();
+    if !metrics_listeners.is_empty() {
+        let scrape = crate::metrics::Scrape::new(node.clone(), member_dir.join("sm").join("db"));
+        aux.push(tokio::spawn(scrape.clone().watch_leader()));
+        for l in metrics_listeners {
+            let fut = crate::metrics::serve(l, scrape.clone(), stopped(stop_rx.clone()));
+            aux.push(tokio::spawn(async move {
+                if let Err(e) = fut.await {
+                    tracing::warn!("metrics listener: {e}");
+                }
+            }));
+        }
     }
 
     let publisher = tokio::spawn(publish(
@@ -246,6 +266,10 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     }
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+    }
+    for t in aux {
+        // The leader watcher only ends with the node, and a scrape in flight need not finish.
+        t.abort();
     }
     Ok(())
 }

@@ -31,6 +31,8 @@ pub struct MemberProc {
     /// For a member added at run time: `--initial-cluster` as `member add` printed it, and
     /// `--initial-cluster-state existing`.
     pub join: Option<String>,
+    /// Extra command-line arguments, passed as-is after the standard flags.
+    pub extra_args: Vec<String>,
 }
 
 impl MemberProc {
@@ -65,8 +67,18 @@ impl Cluster {
         Self::start_opts(n, use_env, &[]).await
     }
 
-    /// Starts `n` members with extra flags.
+    /// Starts `n` members with the same extra flags.
     pub async fn start_opts(n: usize, use_env: bool, extra_args: &[&str]) -> Cluster {
+        let extra: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
+        Self::start_custom(n, use_env, move |_| extra.clone()).await
+    }
+
+    /// Like `start_with`, with `extra(i)` appended to member `i`'s command line.
+    pub async fn start_custom(
+        n: usize,
+        use_env: bool,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let members: Vec<MemberProc> = (0..n)
             .map(|i| MemberProc {
@@ -77,6 +89,7 @@ impl Cluster {
                 log: dir.path().join(format!("m{i}.log")),
                 child: None,
                 join: None,
+                extra_args: extra(i),
             })
             .collect();
         let initial_cluster = members
@@ -89,7 +102,7 @@ impl Cluster {
             members,
             initial_cluster,
             use_env,
-            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            extra_args: Vec::new(),
         };
         for i in 0..n {
             c.spawn(i);
@@ -131,6 +144,7 @@ impl Cluster {
             }
         }
         cmd.args(&self.extra_args);
+        cmd.args(&m.extra_args);
         cmd.env("KVD_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -150,6 +164,7 @@ impl Cluster {
             log: dir.join(format!("{name}.log")),
             child: None,
             join: None,
+            extra_args: Vec::new(),
         });
         self.members.len() - 1
     }

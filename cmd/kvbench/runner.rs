@@ -1,0 +1,111 @@
+//! Drives `--clients` tasks until `--total` requests are done, recording latencies.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kvd::proto::etcdserverpb::kv_client::KvClient;
+use tonic::transport::Channel;
+
+use crate::ops::Op;
+use crate::Global;
+
+/// Latencies are recorded in microseconds, 1 us .. 1 h at 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+pub struct RunResult {
+    pub hist: Histogram<u64>,
+    pub errors: u64,
+    /// First few distinct error messages, for the summary.
+    pub error_samples: Vec<String>,
+    pub elapsed: Duration,
+}
+
+pub async fn run(g: &Global, channels: Vec<Channel>, op: Op) -> anyhow::Result<RunResult> {
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicU64::new(0));
+    let pb = if g.json {
+        ProgressBar::hidden()
+    } else {
+        let pb = ProgressBar::with_draw_target(Some(g.total), ProgressDrawTarget::stderr());
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{bar:40.cyan/blue} {pos}/{len} [{elapsed_precise}] {per_sec} eta {eta}",
+            )
+            .expect("valid template"),
+        );
+        pb
+    };
+    let timeout = Duration::from_secs_f64(g.timeout);
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(g.clients);
+    for c in 0..g.clients {
+        let mut client = KvClient::new(channels[c % channels.len()].clone())
+            .max_decoding_message_size(usize::MAX);
+        let (op, next, pb) = (op.clone(), next.clone(), pb.clone());
+        let (total, rate) = (g.total, g.rate);
+        tasks.push(tokio::spawn(async move {
+            let mut hist = new_histogram();
+            let mut errors = 0u64;
+            let mut samples = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                if rate > 0.0 {
+                    tokio::time::sleep_until(
+                        (start + Duration::from_secs_f64(i as f64 / rate)).into(),
+                    )
+                    .await;
+                }
+                let t0 = Instant::now();
+                match tokio::time::timeout(timeout, op.call(&mut client, i)).await {
+                    Ok(Ok(())) => {
+                        let us = t0.elapsed().as_micros().max(1) as u64;
+                        hist.saturating_record(us);
+                    }
+                    Ok(Err(s)) => {
+                        errors += 1;
+                        if samples.len() < 3 {
+                            samples.push(format!("{:?}: {}", s.code(), s.message()));
+                        }
+                    }
+                    Err(_) => {
+                        errors += 1;
+                        if samples.len() < 3 {
+                            samples.push(format!("timed out after {timeout:?}"));
+                        }
+                    }
+                }
+                pb.inc(1);
+            }
+            (hist, errors, samples)
+        }));
+    }
+    let mut hist = new_histogram();
+    let mut errors = 0;
+    let mut error_samples: Vec<String> = Vec::new();
+    for t in tasks {
+        let (h, e, s) = t.await?;
+        hist.add(&h)?;
+        errors += e;
+        for m in s {
+            if error_samples.len() < 5 && !error_samples.contains(&m) {
+                error_samples.push(m);
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    pb.finish_and_clear();
+    Ok(RunResult {
+        hist,
+        errors,
+        error_samples,
+        elapsed,
+    })
+}

@@ -1,0 +1,151 @@
+//! Gathers one scrape: WAL stats, Raft progress, the process-wide counters and the gRPC table.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use openraft::async_runtime::WatchReceiver;
+
+use super::histogram::HistogramSnapshot;
+use super::text::TextWriter;
+use super::{grpc, BACKEND_COMMIT, PROPOSALS_FAILED, PROPOSALS_PENDING};
+use crate::raft::RaftNode;
+
+/// What a scrape reads from; cheap to clone into each HTTP handler.
+#[derive(Clone)]
+pub struct Scrape {
+    pub node: RaftNode,
+    /// sled's directory, sized for `etcd_mvcc_db_total_size_in_bytes`.
+    pub db_dir: PathBuf,
+    /// Leader changes this member has observed since it started (etcd counts the same way:
+    /// per process, including the first leader it learns of).
+    pub leader_changes: Arc<AtomicU64>,
+}
+
+impl Scrape {
+    pub fn new(node: RaftNode, db_dir: PathBuf) -> Self {
+        Scrape {
+            node,
+            db_dir,
+            leader_changes: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Counts leader changes until the Raft metrics channel closes (the node shut down).
+    /// openraft's metrics are a watch, so changes between two wake-ups collapse into one;
+    /// etcd's counter has the same granularity at its raft Ready loop.
+    pub async fn watch_leader(self) {
+        let mut rx = self.node.raft.metrics();
+        let mut last = None;
+        loop {
+            let leader = rx.borrow_watched().current_leader;
+            if leader.is_some() && leader != last {
+                self.leader_changes.fetch_add(1, Ordering::Relaxed);
+            }
+            if leader.is_some() {
+                last = leader;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The `/metrics` body.
+pub fn render(s: &Scrape) -> String {
+    let mut w = TextWriter::new();
+    let wal = s.node.log.wal().stats();
+    w.histogram(
+        "etcd_disk_wal_fsync_duration_seconds",
+        "The latency distributions of fsync called by WAL.",
+        &HistogramSnapshot {
+            buckets: wal.fsync_buckets,
+            count: wal.fsyncs,
+            sum_seconds: wal.fsync_seconds_sum,
+        },
+    );
+    w.counter(
+        "etcd_disk_wal_write_bytes_total",
+        "Total number of bytes written in WAL.",
+        wal.bytes_written as f64,
+    );
+    w.histogram(
+        "etcd_disk_backend_commit_duration_seconds",
+        "The latency distributions of commit called by backend.",
+        &BACKEND_COMMIT.snapshot(),
+    );
+
+    let (committed, applied, leader, term) = {
+        let m = s.node.raft.metrics();
+        let m = m.borrow_watched();
+        (
+            m.local_committed.map_or(0, |l| l.index),
+            m.last_applied.map_or(0, |l| l.index),
+            m.current_leader,
+            m.current_term,
+        )
+    };
+    let has_leader = s.node.has_leader();
+    w.counter(
+        "etcd_server_proposals_committed_total",
+        "The total number of consensus proposals committed.",
+        committed as f64,
+    );
+    w.counter(
+        "etcd_server_proposals_applied_total",
+        "The total number of consensus proposals applied.",
+        applied as f64,
+    );
+    w.gauge(
+        "etcd_server_proposals_pending",
+        "The current number of pending proposals to commit.",
+        PROPOSALS_PENDING.load(Ordering::Relaxed).max(0) as f64,
+    );
+    w.counter(
+        "etcd_server_proposals_failed_total",
+        "The total number of failed proposals seen.",
+        PROPOSALS_FAILED.load(Ordering::Relaxed) as f64,
+    );
+    w.gauge(
+        "etcd_server_has_leader",
+        "Whether or not a leader exists. 1 is existence, 0 is not.",
+        has_leader as u8 as f64,
+    );
+    w.gauge(
+        "etcd_server_is_leader",
+        "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+        (has_leader && leader == Some(s.node.id)) as u8 as f64,
+    );
+    w.counter(
+        "etcd_server_leader_changes_seen_total",
+        "The number of leader changes seen.",
+        s.leader_changes.load(Ordering::Relaxed) as f64,
+    );
+    w.gauge(
+        "etcd_server_term",
+        "The current Raft term of this member (kvd).",
+        term as f64,
+    );
+    w.gauge(
+        "etcd_mvcc_db_total_size_in_bytes",
+        "Total size of the underlying database physically allocated in bytes.",
+        crate::server::maintenance::dir_size(&s.db_dir) as f64,
+    );
+    let table = grpc::snapshot();
+    w.counter_vec(
+        "grpc_server_handled_total",
+        "Total number of RPCs completed on the server, regardless of success or failure.",
+        table.iter().map(|((svc, method, code), n)| {
+            (
+                vec![
+                    ("grpc_code", *code),
+                    ("grpc_method", method.as_str()),
+                    ("grpc_service", svc.as_str()),
+                ],
+                *n as f64,
+            )
+        }),
+    );
+    w.finish()
+}

@@ -1,0 +1,57 @@
+//! The metrics HTTP listener: `GET /metrics` and `GET /health`, as etcd serves them on
+//! `--listen-metrics-urls`.
+
+use std::future::Future;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+
+use super::collect::{render, Scrape};
+
+pub fn router(s: Scrape) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/health", get(health))
+        .with_state(s)
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    l: TcpListener,
+    s: Scrape,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(l, router(s))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn metrics(State(s): State<Scrape>) -> impl IntoResponse {
+    // Sizing the db dir walks the file system: keep it off the async workers.
+    let body = tokio::task::spawn_blocking(move || render(&s))
+        .await
+        .unwrap_or_default();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+}
+
+async fn health(State(s): State<Scrape>) -> impl IntoResponse {
+    let (code, body) = if s.node.has_leader() {
+        (StatusCode::OK, r#"{"health":"true","reason":""}"#)
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"health":"false","reason":"RAFT NO LEADER"}"#,
+        )
+    };
+    (code, [(header::CONTENT_TYPE, "application/json")], body)
+}

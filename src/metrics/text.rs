@@ -1,0 +1,121 @@
+//! A minimal writer for the Prometheus text exposition format (version 0.0.4).
+//!
+//! Every family gets its `# HELP` and `# TYPE` lines before its samples, and a family is
+//! written at most once per scrape (callers own that), as the format requires.
+
+use std::fmt::Write;
+
+use super::histogram::HistogramSnapshot;
+use crate::wal::FSYNC_BUCKETS;
+
+pub struct TextWriter {
+    out: String,
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn labels(l: &[(&str, &str)]) -> String {
+    if l.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = l
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    format!("{{{}}}", parts.join(","))
+}
+
+/// Go's `strconv.FormatFloat(v, 'g', -1, 64)` spelling for the values we emit: integers
+/// without a fraction, `+Inf` for infinity.
+fn num(v: f64) -> String {
+    if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_string()
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+impl Default for TextWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TextWriter {
+    pub fn new() -> Self {
+        TextWriter { out: String::new() }
+    }
+
+    fn header(&mut self, name: &str, help: &str, kind: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    pub fn counter(&mut self, name: &str, help: &str, v: f64) {
+        self.header(name, help, "counter");
+        let _ = writeln!(self.out, "{name} {}", num(v));
+    }
+
+    pub fn gauge(&mut self, name: &str, help: &str, v: f64) {
+        self.header(name, help, "gauge");
+        let _ = writeln!(self.out, "{name} {}", num(v));
+    }
+
+    /// A counter family with one sample per label set.
+    pub fn counter_vec<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, f64)>,
+    ) {
+        self.header(name, help, "counter");
+        for (l, v) in samples {
+            let _ = writeln!(self.out, "{name}{} {}", labels(&l), num(v));
+        }
+    }
+
+    /// A histogram over etcd's disk buckets ([`FSYNC_BUCKETS`]).
+    pub fn histogram(&mut self, name: &str, help: &str, h: &HistogramSnapshot) {
+        self.header(name, help, "histogram");
+        for (bound, c) in FSYNC_BUCKETS.iter().zip(h.buckets) {
+            let _ = writeln!(self.out, "{name}_bucket{{le=\"{bound}\"}} {c}");
+        }
+        let _ = writeln!(self.out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+        let _ = writeln!(self.out, "{name}_sum {}", num(h.sum_seconds));
+        let _ = writeln!(self.out, "{name}_count {}", h.count);
+    }
+
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_exposition_is_well_formed() {
+        let mut w = TextWriter::new();
+        let h = HistogramSnapshot {
+            buckets: [1; 14],
+            count: 2,
+            sum_seconds: 0.5,
+        };
+        w.histogram("x_seconds", "help", &h);
+        w.counter_vec("y_total", "h", vec![(vec![("a", "q\"x")], 3.0)]);
+        let s = w.finish();
+        assert!(s.contains("# TYPE x_seconds histogram\n"));
+        assert!(s.contains("x_seconds_bucket{le=\"0.001\"} 1\n"));
+        assert!(s.contains("x_seconds_bucket{le=\"8.192\"} 1\n"));
+        assert!(s.contains("x_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(s.contains("x_seconds_sum 0.5\nx_seconds_count 2\n"));
+        assert!(s.contains("y_total{a=\"q\\\"x\"} 3\n"));
+    }
+}
