@@ -1,4 +1,4 @@
-//! The etcd v3 Cluster service. Membership is Raft's membership config; names and client URLs
+//! The etcd v3 Cluster service. Its response headers carry no revision, as etcd's do. Membership is Raft's membership config; names and client URLs
 //! are the attributes each member published through the log. Changes are checked and proposed
 //! by the leader (see [`super::membership`]); this member only relays them and stamps its own
 //! response header.
@@ -48,7 +48,7 @@ impl Cluster for ClusterService {
         self.ctx.check_leader(req.metadata())?;
         match self.change(q::Request::Add(req.into_inner())).await? {
             r::Response::Add(mut resp) => {
-                resp.header = self.ctx.header(self.ctx.current_revision());
+                resp.header = self.ctx.header(0);
                 Ok(Response::new(resp))
             }
             _ => Err(Self::unexpected()),
@@ -62,7 +62,7 @@ impl Cluster for ClusterService {
         self.ctx.check_leader(req.metadata())?;
         match self.change(q::Request::Remove(req.into_inner())).await? {
             r::Response::Remove(mut resp) => {
-                resp.header = self.ctx.header(self.ctx.current_revision());
+                resp.header = self.ctx.header(0);
                 Ok(Response::new(resp))
             }
             _ => Err(Self::unexpected()),
@@ -76,7 +76,7 @@ impl Cluster for ClusterService {
         self.ctx.check_leader(req.metadata())?;
         match self.change(q::Request::Update(req.into_inner())).await? {
             r::Response::Update(mut resp) => {
-                resp.header = self.ctx.header(self.ctx.current_revision());
+                resp.header = self.ctx.header(0);
                 Ok(Response::new(resp))
             }
             _ => Err(Self::unexpected()),
@@ -91,7 +91,7 @@ impl Cluster for ClusterService {
             self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
         }
         Ok(Response::new(MemberListResponse {
-            header: self.ctx.header(self.ctx.current_revision()),
+            header: self.ctx.header(0),
             members: self.members()?,
         }))
     }
@@ -103,7 +103,7 @@ impl Cluster for ClusterService {
         self.ctx.check_leader(req.metadata())?;
         match self.change(q::Request::Promote(req.into_inner())).await? {
             r::Response::Promote(mut resp) => {
-                resp.header = self.ctx.header(self.ctx.current_revision());
+                resp.header = self.ctx.header(0);
                 Ok(Response::new(resp))
             }
             _ => Err(Self::unexpected()),
