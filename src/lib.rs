@@ -5,6 +5,7 @@
 //! (the etcd v3 gRPC services). [`config`] is the validated flag set.
 
 pub mod config;
+pub mod lease;
 pub mod mvcc;
 pub mod proto;
 pub mod raft;
