@@ -42,6 +42,18 @@ pub fn min_ttl(election_timeout: Duration) -> i64 {
 struct Entry {
     ttl: i64,
     expiry: Instant,
+    /// When the revoke of this expired lease may be proposed (again).
+    next_revoke: Option<Instant>,
+}
+
+impl Entry {
+    fn new(ttl: i64, expiry: Instant) -> Self {
+        Entry {
+            ttl,
+            expiry,
+            next_revoke: None,
+        }
+    }
 }
 
 /// Outcome of a keep-alive or a time-to-live query.
@@ -102,7 +114,7 @@ impl Lessor {
             .into_iter()
             .map(|(id, ttl)| {
                 let expiry = now + secs(ttl) + extend;
-                (id, Entry { ttl, expiry })
+                (id, Entry::new(ttl, expiry))
             })
             .collect();
         Ok(())
@@ -120,7 +132,7 @@ impl Lessor {
         let mut st = self.lock();
         if st.primary {
             let expiry = Instant::now() + secs(ttl);
-            st.leases.insert(id, Entry { ttl, expiry });
+            st.leases.insert(id, Entry::new(ttl, expiry));
         }
     }
 
@@ -141,10 +153,10 @@ impl Lessor {
         st.leases = leases
             .iter()
             .map(|&(id, ttl)| {
-                let e = old.get(&id).copied().unwrap_or(Entry {
-                    ttl,
-                    expiry: now + secs(ttl),
-                });
+                let e = old
+                    .get(&id)
+                    .copied()
+                    .unwrap_or(Entry::new(ttl, now + secs(ttl)));
                 (id, e)
             })
             .collect();
@@ -191,9 +203,9 @@ impl Lessor {
         let now = Instant::now();
         let mut out = Vec::new();
         for (id, e) in st.leases.iter_mut() {
-            if e.expiry <= now {
+            if e.expiry <= now && e.next_revoke.is_none_or(|t| t <= now) {
                 out.push(*id);
-                e.expiry = now + REVOKE_RETRY;
+                e.next_revoke = Some(now + REVOKE_RETRY);
             }
         }
         out.sort_unstable();
