@@ -179,7 +179,11 @@ async fn lease_lifecycle() {
     })
     .await
     .unwrap();
-    let mut ws = w.watch(ReceiverStream::new(wrx)).await.unwrap().into_inner();
+    let mut ws = w
+        .watch(ReceiverStream::new(wrx))
+        .await
+        .unwrap()
+        .into_inner();
     let mut events = Vec::new();
     while events.len() < 2 {
         let m = tokio::time::timeout(Duration::from_secs(5), ws.message())
@@ -189,8 +193,9 @@ async fn lease_lifecycle() {
             .unwrap();
         events.extend(m.events);
     }
-    assert!(events.iter().all(|e| e.r#type == EventType::Delete as i32
-        && e.kv.as_ref().unwrap().mod_revision == rev));
+    assert!(events.iter().all(
+        |e| e.r#type == EventType::Delete as i32 && e.kv.as_ref().unwrap().mod_revision == rev
+    ));
 
     // Keep-alives through a follower carry a 2s lease well past its TTL; then it expires.
     let b = grant(&mut lf, 0xb, 2).await;
@@ -203,10 +208,17 @@ async fn lease_lifecycle() {
     assert!(exists(&c, f, "lb").await, "expired despite keep-alives");
     let last = Instant::now();
     while exists(&c, f, "lb").await {
-        assert!(last.elapsed() < Duration::from_secs(8), "lease never expired");
+        assert!(
+            last.elapsed() < Duration::from_secs(8),
+            "lease never expired"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(last.elapsed() >= Duration::from_millis(1500), "{:?}", last.elapsed());
+    assert!(
+        last.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        last.elapsed()
+    );
     assert_eq!(ka.once(b).await, 0);
 }
 
@@ -218,7 +230,10 @@ async fn lease_expires_after_leader_kill_not_before_its_ttl() {
     let mut ll = lease(&c, l).await;
     let id = grant(&mut ll, 0, 5).await;
     put_lease(&c, l, "lk", id).await.unwrap();
-    common::get(&mut c.kv(f).await, "lk").await.unwrap().unwrap();
+    common::get(&mut c.kv(f).await, "lk")
+        .await
+        .unwrap()
+        .unwrap();
     let killed = Instant::now();
     c.kill(l);
     let nl = c.wait_for_leader(Duration::from_secs(10)).await;
@@ -226,14 +241,22 @@ async fn lease_expires_after_leader_kill_not_before_its_ttl() {
     // The new leader restarts the clock with TTL + election timeout: still there at 4.5s.
     let until = killed + Duration::from_millis(4500);
     while Instant::now() < until {
-        assert!(exists(&c, nl, "lk").await, "expired early: {:?}", killed.elapsed());
+        assert!(
+            exists(&c, nl, "lk").await,
+            "expired early: {:?}",
+            killed.elapsed()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     while exists(&c, nl, "lk").await {
         assert!(killed.elapsed() < Duration::from_secs(20), "never expired");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(killed.elapsed() >= Duration::from_secs(5), "{:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() >= Duration::from_secs(5),
+        "{:?}",
+        killed.elapsed()
+    );
     let ttl = lease(&c, nl)
         .await
         .lease_time_to_live(LeaseTimeToLiveRequest { id, keys: false })

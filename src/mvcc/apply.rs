@@ -295,10 +295,7 @@ impl<'a> Batch<'a> {
 
     /// Deletes every key attached to the lease as one revision (one event batch for
     /// watchers, like etcd's revoke txn), then forgets the lease.
-    fn lease_revoke(
-        &mut self,
-        req: &LeaseRevokeRequest,
-    ) -> Result<LeaseRevokeResponse, MvccError> {
+    fn lease_revoke(&mut self, req: &LeaseRevokeRequest) -> Result<LeaseRevokeResponse, MvccError> {
         if self.lease_ttl(req.id)?.is_none() {
             return Err(MvccError::LeaseNotFound);
         }

@@ -400,13 +400,13 @@ impl MvccStore {
             (META_TREE, &i.meta),
             (LEASE_TREE, &i.lease),
         ]
-            .into_iter()
-            .flat_map(|(name, tree)| {
-                tree.iter().map(move |item| {
-                    let (k, v) = item?;
-                    Ok((name.to_string(), k.to_vec(), v.to_vec()))
-                })
+        .into_iter()
+        .flat_map(|(name, tree)| {
+            tree.iter().map(move |item| {
+                let (k, v) = item?;
+                Ok((name.to_string(), k.to_vec(), v.to_vec()))
             })
+        })
     }
 
     /// Replaces the whole store content with `entries` (as produced by [`Self::dump`]).

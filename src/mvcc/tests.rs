@@ -868,7 +868,10 @@ fn lease_grant_put_and_revoke_in_one_revision() {
     }
     let ev = s.events_since(before + 1, b"\0", b"\0", false, 0).unwrap();
     assert_eq!(ev.events.len(), 2);
-    assert!(ev.events.iter().all(|e| e.kv.as_ref().unwrap().mod_revision == before + 1));
+    assert!(ev
+        .events
+        .iter()
+        .all(|e| e.kv.as_ref().unwrap().mod_revision == before + 1));
     assert_eq!(s.lease_ttl(5).unwrap(), None);
     assert!(s.get_at(b"a", 0).unwrap().is_none());
     assert!(s.get_at(b"c", 0).unwrap().is_some());

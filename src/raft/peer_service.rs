@@ -11,15 +11,14 @@ use tonic::{Request, Response, Status, Streaming};
 use super::log_store::encode;
 use super::node::RaftNode;
 use super::types::{Snapshot, SnapshotMeta, Vote};
+use crate::proto::etcdserverpb::{
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+};
 use crate::proto::kvdpb::peer_server::Peer;
 use crate::proto::kvdpb::{
     ForwardRequest, ForwardResponse, MemberInfoRequest, MemberInfoResponse, MembershipRequest,
     MembershipResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse, RemovedRequest,
     RemovedResponse, SnapshotChunk,
-};
-use crate::proto::etcdserverpb::{
-    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse,
 };
 use crate::server::lease::{keep_alive_local, time_to_live_local};
 use crate::server::membership::Reconfig;

@@ -27,8 +27,8 @@ use crate::lease::{min_ttl, Lookup, MAX_LEASE_TTL};
 use crate::proto::etcdserverpb::lease_server::Lease;
 use crate::proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
-    LeaseStatus, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
 };
 use crate::proto::kvdpb::internal_request::Request as In;
 use crate::proto::kvdpb::internal_response::Response as Out;
@@ -171,7 +171,7 @@ impl Lease for LeaseService {
                 // etcd's ids are positive int64s.
                 r.id = (rand::random::<i64>() & i64::MAX).max(1);
             }
-            match self.write(In::LeaseGrant(r.clone())).await {
+            match self.write(In::LeaseGrant(r)).await {
                 Ok(Out::LeaseGrant(mut g)) => {
                     g.header = self.ctx.header(self.ctx.current_revision());
                     return Ok(Response::new(g));
@@ -233,12 +233,9 @@ impl Lease for LeaseService {
         let mut resp = on_leader(
             node,
             || time_to_live_local(node, &r),
-            |m| {
-                let r = r.clone();
-                async move {
-                    let mut c = node.channels.peer(&m).map_err(Status::unavailable)?;
-                    Ok(c.lease_time_to_live(r).await?.into_inner())
-                }
+            |m| async move {
+                let mut c = node.channels.peer(&m).map_err(Status::unavailable)?;
+                Ok(c.lease_time_to_live(r).await?.into_inner())
             },
         )
         .await?;
@@ -298,8 +295,12 @@ pub async fn lessor_duties(node: RaftNode) {
                     request: Some(In::LeaseRevoke(LeaseRevokeRequest { id })),
                 };
                 match node.propose(req).await {
-                    Ok(_) => tracing::debug!(lease = %format!("{id:016x}"), "expired lease revoked"),
-                    Err(e) => tracing::warn!(lease = %format!("{id:016x}"), "revoking expired lease: {e}"),
+                    Ok(_) => {
+                        tracing::debug!(lease = %format!("{id:016x}"), "expired lease revoked")
+                    }
+                    Err(e) => {
+                        tracing::warn!(lease = %format!("{id:016x}"), "revoking expired lease: {e}")
+                    }
                 }
             });
         }

@@ -67,7 +67,10 @@ pub async fn revoke(ctx: &Ctx, a: LeaseIdArgs) -> Result<i32, CliError> {
 }
 
 pub async fn time_to_live(ctx: &Ctx, a: LeaseTimeToLiveArgs) -> Result<i32, CliError> {
-    let id = one_id(&a.args, "lease timetolive command needs lease ID as argument")?;
+    let id = one_id(
+        &a.args,
+        "lease timetolive command needs lease ID as argument",
+    )?;
     let deadline = ctx.deadline();
     let resp = with_deadline(deadline, async {
         let conn = ctx.connect(deadline).await?;
@@ -121,7 +124,10 @@ pub async fn list(ctx: &Ctx) -> Result<i32, CliError> {
 /// Without `--once`, keeps the lease alive until it is gone (clientv3 renews every third of
 /// the TTL) and prints every response.
 pub async fn keep_alive(ctx: &Ctx, a: LeaseKeepAliveArgs) -> Result<i32, CliError> {
-    let id = one_id(&a.args, "lease keep-alive command needs lease ID as argument")?;
+    let id = one_id(
+        &a.args,
+        "lease keep-alive command needs lease ID as argument",
+    )?;
     let deadline = ctx.deadline();
     let conn = with_deadline(deadline, ctx.connect(deadline)).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(1);
@@ -146,7 +152,12 @@ pub async fn keep_alive(ctx: &Ctx, a: LeaseKeepAliveArgs) -> Result<i32, CliErro
         let resp = match next {
             Some(Ok(r)) => r,
             Some(Err(s)) => return Err(stream_err(s)),
-            None => return Err(CliError::new(EXIT_BAD_CONNECTION, "lease keepalive stream closed")),
+            None => {
+                return Err(CliError::new(
+                    EXIT_BAD_CONNECTION,
+                    "lease keepalive stream closed",
+                ))
+            }
         };
         if resp.ttl <= 0 {
             if a.once {
@@ -165,7 +176,10 @@ pub async fn keep_alive(ctx: &Ctx, a: LeaseKeepAliveArgs) -> Result<i32, CliErro
         let pause = std::time::Duration::from_secs((resp.ttl / 3).max(1) as u64);
         tokio::time::sleep(pause).await;
         if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
-            return Err(CliError::new(EXIT_BAD_CONNECTION, "lease keepalive stream closed"));
+            return Err(CliError::new(
+                EXIT_BAD_CONNECTION,
+                "lease keepalive stream closed",
+            ));
         }
     }
 }
