@@ -442,6 +442,7 @@ fn ignore_value_on_missing_key_is_an_error() {
     );
     assert_eq!(s.current_revision(), 1);
     put(&s, "a", "v");
+    one(&s, grant(7, 60)).unwrap();
     one(
         &s,
         WriteRequest::Put(PutRequest {
