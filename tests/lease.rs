@@ -265,3 +265,71 @@ async fn lease_expires_after_leader_kill_not_before_its_ttl() {
         .into_inner();
     assert_eq!(ttl.ttl, -1);
 }
+
+/// kvctl's lease commands print what etcdctl 3.4 prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kvctl_lease_commands() {
+    let c = Cluster::start(1).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let ep = format!("--endpoints={}", c.members[0].client_url());
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvctl"))
+            .arg(&ep)
+            .args(args)
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .env_remove("ETCDCTL_WRITE_OUT")
+            .output()
+            .expect("run kvctl");
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+            out.status.code().unwrap(),
+        )
+    };
+    let (out, _, code) = run(&["lease", "grant", "100"]);
+    assert_eq!(code, 0);
+    let id = out.split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(out, format!("lease {id} granted with TTL(100s)\n"));
+    assert_eq!(run(&["put", &format!("--lease={id}"), "k1", "v"]).0, "OK\n");
+    assert_eq!(run(&["put", &format!("--lease={id}"), "k2", "v"]).0, "OK\n");
+    let (out, _, _) = run(&["lease", "timetolive", &id, "--keys"]);
+    assert!(
+        out.starts_with(&format!("lease {id} granted with TTL(100s), remaining(")),
+        "{out}"
+    );
+    assert!(out.ends_with("s), attached keys([k1 k2])\n"), "{out}");
+    assert_eq!(run(&["lease", "list"]).0, format!("found 1 leases\n{id}\n"));
+    assert_eq!(
+        run(&["lease", "keep-alive", "--once", &id]).0,
+        format!("lease {id} keepalived with TTL(100)\n")
+    );
+    assert_eq!(
+        run(&["lease", "revoke", &id]).0,
+        format!("lease {id} revoked\n")
+    );
+    assert_eq!(
+        run(&["lease", "timetolive", &id]).0,
+        format!("lease {id} already expired\n")
+    );
+    assert_eq!(
+        run(&["lease", "keep-alive", &id]).0,
+        format!("lease {id} expired or revoked.\n")
+    );
+    assert_eq!(
+        run(&["lease", "keep-alive", "--once", &id]),
+        (
+            String::new(),
+            "Error: etcdserver: requested lease not found\n".to_string(),
+            2
+        )
+    );
+    assert_eq!(
+        run(&["lease", "revoke", &id]),
+        (
+            String::new(),
+            "Error: failed to revoke lease (etcdserver: requested lease not found)\n".to_string(),
+            1
+        )
+    );
+    assert_eq!(run(&["get", "k1"]).0, "");
+}
