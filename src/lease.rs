@@ -91,9 +91,8 @@ impl Lessor {
         self.lock().primary
     }
 
-    /// Becomes primary with the stored `leases` (id, TTL), each expiring after its TTL plus
-    /// `extend`. `leases` must be read from the store while no apply can report to this
-    /// lessor in between, or be re-read under [`Self::promote_with`].
+    /// Becomes primary with `leases` (id, TTL), each expiring after its TTL plus `extend`.
+    /// Servers use [`Self::promote_with`], which cannot miss a concurrent apply.
     pub fn promote(&self, leases: &[(i64, i64)], extend: Duration) {
         self.promote_with(|| Ok::<_, ()>(leases.to_vec()), extend)
             .expect("infallible");
