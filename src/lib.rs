@@ -6,6 +6,7 @@
 //! and `/health`.
 
 pub mod config;
+pub mod lease;
 pub mod metrics;
 pub mod mvcc;
 pub mod proto;

@@ -150,6 +150,8 @@ pub enum Command {
     Member(MemberArgs),
     /// Watches events stream on keys or prefixes
     Watch(WatchArgs),
+    /// Lease related commands
+    Lease(LeaseArgs),
     /// Transfers leadership to another etcd cluster member.
     MoveLeader(MoveLeaderArgs),
     /// Prints the version of etcdctl
@@ -292,6 +294,52 @@ pub enum EndpointCommand {
     Health,
     /// Prints out the status of endpoints specified in `--endpoints` flag
     Status,
+}
+
+#[derive(Args, Debug)]
+pub struct LeaseArgs {
+    #[command(subcommand)]
+    pub command: LeaseCommand,
+}
+
+/// Lease subcommands, with etcdctl 3.4's arguments (checked by the commands, for etcdctl's
+/// messages).
+#[derive(Subcommand, Debug)]
+pub enum LeaseCommand {
+    /// Creates leases
+    Grant(LeaseIdArgs),
+    /// Revokes leases
+    Revoke(LeaseIdArgs),
+    /// Get lease information
+    #[command(name = "timetolive")]
+    TimeToLive(LeaseTimeToLiveArgs),
+    /// List all active leases
+    List,
+    /// Keeps leases alive (renew)
+    KeepAlive(LeaseKeepAliveArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LeaseIdArgs {
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LeaseTimeToLiveArgs {
+    /// <leaseID>
+    pub args: Vec<String>,
+    /// Get keys attached to this lease
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub keys: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LeaseKeepAliveArgs {
+    /// <leaseID>
+    pub args: Vec<String>,
+    /// Resets the keep-alive time to its original value and exits immediately
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub once: bool,
 }
 
 #[derive(Args, Debug)]

@@ -75,6 +75,11 @@ impl Conn {
         KvClient::new(self.channel.clone()).max_decoding_message_size(i32::MAX as usize)
     }
 
+    pub fn lease(&self) -> kvd::proto::etcdserverpb::lease_client::LeaseClient<Channel> {
+        kvd::proto::etcdserverpb::lease_client::LeaseClient::new(self.channel.clone())
+            .max_decoding_message_size(i32::MAX as usize)
+    }
+
     pub fn cluster(&self) -> ClusterClient<Channel> {
         ClusterClient::new(self.channel.clone()).max_decoding_message_size(i32::MAX as usize)
     }

@@ -65,18 +65,23 @@ pub fn put_request(a: &PutArgs, stdin: Option<&mut dyn Read>) -> Result<PutReque
     })
 }
 
-/// Go's `strconv.ParseInt(s, 16, 64)` with etcdctl's message.
 fn parse_lease(s: &str) -> Result<i64, CliError> {
+    parse_lease_id(s, "bad lease ID")
+}
+
+/// Go's `strconv.ParseInt(s, 16, 64)` with etcdctl's message, which starts with `what`
+/// (`put` and the `lease` commands word it differently).
+pub fn parse_lease_id(s: &str, what: &str) -> Result<i64, CliError> {
     let q = crate::gofmt::quote(s.as_bytes());
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
     if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(CliError::bad_args(format!(
-            "bad lease ID (strconv.ParseInt: parsing {q}: invalid syntax), expecting ID in Hex"
+            "{what} (strconv.ParseInt: parsing {q}: invalid syntax), expecting ID in Hex"
         )));
     }
     i64::from_str_radix(s, 16).map_err(|_| {
         CliError::bad_args(format!(
-            "bad lease ID (strconv.ParseInt: parsing {q}: value out of range), expecting ID in Hex"
+            "{what} (strconv.ParseInt: parsing {q}: value out of range), expecting ID in Hex"
         ))
     })
 }

@@ -16,8 +16,9 @@ use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::response_op::Response;
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, Compare, DeleteRangeRequest, DeleteRangeResponse,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp,
-    TxnRequest, TxnResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest,
+    TxnResponse,
 };
 use crate::proto::mvccpb::KeyValue;
 
@@ -31,6 +32,7 @@ fn header(revision: i64) -> Option<ResponseHeader> {
 enum Undo {
     Idx(Vec<u8>, Option<Option<KeyIndex>>),
     Rev(Revision, Option<Option<Vec<u8>>>),
+    Lease(i64, Option<Option<i64>>),
 }
 
 /// Where the revision counter stands inside one write request.
@@ -67,6 +69,9 @@ pub(crate) struct Batch<'a> {
     idx: BTreeMap<Vec<u8>, Option<KeyIndex>>,
     /// Encoded records; `None` = removed by compaction.
     rev: BTreeMap<Revision, Option<Vec<u8>>>,
+    /// Lease id -> granted TTL; `None` = revoked.
+    leases: BTreeMap<i64, Option<i64>>,
+    leases_tree: &'a sled::Tree,
     /// Previous overlay entries, to roll back a failed request.
     undo: Vec<Undo>,
     pub cur: i64,
@@ -147,14 +152,23 @@ impl View for Batch<'_> {
 pub(crate) struct Writes {
     pub idx: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     pub rev: Vec<([u8; 16], Option<Vec<u8>>)>,
+    pub lease: Vec<([u8; 8], Option<Vec<u8>>)>,
 }
 
 impl<'a> Batch<'a> {
-    pub fn new(idx: &'a sled::Tree, rev: &'a sled::Tree, cur: i64, compacted: i64) -> Self {
+    pub fn new(
+        idx: &'a sled::Tree,
+        rev: &'a sled::Tree,
+        leases_tree: &'a sled::Tree,
+        cur: i64,
+        compacted: i64,
+    ) -> Self {
         Batch {
             committed: Committed { idx, rev },
             idx: BTreeMap::new(),
             rev: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            leases_tree,
             undo: Vec::new(),
             cur,
             compacted,
@@ -173,7 +187,25 @@ impl<'a> Batch<'a> {
                 .into_iter()
                 .map(|(r, v)| (r.to_bytes(), v))
                 .collect(),
+            lease: self
+                .leases
+                .into_iter()
+                .map(|(id, ttl)| (id.to_be_bytes(), ttl.map(|t| t.to_be_bytes().to_vec())))
+                .collect(),
         }
+    }
+
+    /// The granted TTL of lease `id`, if it exists.
+    fn lease_ttl(&self, id: i64) -> Result<Option<i64>, MvccError> {
+        match self.leases.get(&id) {
+            Some(ttl) => Ok(*ttl),
+            None => super::lease_ttl_in(self.leases_tree, id),
+        }
+    }
+
+    fn set_lease(&mut self, id: i64, ttl: Option<i64>) {
+        let old = self.leases.insert(id, ttl);
+        self.undo.push(Undo::Lease(id, old));
     }
 
     fn set_idx(&mut self, key: &[u8], ki: Option<KeyIndex>) {
@@ -206,6 +238,12 @@ impl<'a> Batch<'a> {
                     Undo::Rev(r, None) => {
                         self.rev.remove(&r);
                     }
+                    Undo::Lease(id, Some(v)) => {
+                        self.leases.insert(id, v);
+                    }
+                    Undo::Lease(id, None) => {
+                        self.leases.remove(&id);
+                    }
                 }
             }
             self.cur = cur;
@@ -232,6 +270,48 @@ impl<'a> Batch<'a> {
             }
             WriteRequest::Txn(t) => WriteResponse::Txn(self.txn(t)?),
             WriteRequest::Compact(c) => WriteResponse::Compact(self.compact(c)?),
+            WriteRequest::LeaseGrant(g) => WriteResponse::LeaseGrant(self.lease_grant(g)?),
+            WriteRequest::LeaseRevoke(r) => WriteResponse::LeaseRevoke(self.lease_revoke(r)?),
+        })
+    }
+
+    /// The caller has chosen the id and raised the TTL to the minimum, so every member
+    /// applies the same lease.
+    fn lease_grant(&mut self, req: &LeaseGrantRequest) -> Result<LeaseGrantResponse, MvccError> {
+        if req.id == 0 {
+            return Err(MvccError::Storage("lease grant without an id".into()));
+        }
+        if self.lease_ttl(req.id)?.is_some() {
+            return Err(MvccError::LeaseExists);
+        }
+        self.set_lease(req.id, Some(req.ttl));
+        Ok(LeaseGrantResponse {
+            header: header(self.cur),
+            id: req.id,
+            ttl: req.ttl,
+            error: String::new(),
+        })
+    }
+
+    /// Deletes every key attached to the lease as one revision (one event batch for
+    /// watchers, like etcd's revoke txn), then forgets the lease.
+    fn lease_revoke(&mut self, req: &LeaseRevokeRequest) -> Result<LeaseRevokeResponse, MvccError> {
+        if self.lease_ttl(req.id)?.is_none() {
+            return Err(MvccError::LeaseNotFound);
+        }
+        let keys = super::lease_keys_in(&*self, self.cur, req.id)?;
+        let mut ctx = self.ctx();
+        for key in keys {
+            let d = DeleteRangeRequest {
+                key,
+                ..Default::default()
+            };
+            self.delete_range(&mut ctx, &d)?;
+        }
+        self.finish(&ctx);
+        self.set_lease(req.id, None);
+        Ok(LeaseRevokeResponse {
+            header: header(self.cur),
         })
     }
 
@@ -261,6 +341,9 @@ impl<'a> Batch<'a> {
     }
 
     fn put(&mut self, ctx: &mut Ctx, req: &PutRequest) -> Result<PutResponse, MvccError> {
+        if req.lease != 0 && self.lease_ttl(req.lease)?.is_none() {
+            return Err(MvccError::LeaseNotFound);
+        }
         let prev = self.live(&req.key)?;
         if (req.ignore_value || req.ignore_lease) && prev.is_none() {
             return Err(MvccError::KeyNotFound);
@@ -440,10 +523,13 @@ impl<'a> Batch<'a> {
         Ok(())
     }
 
-    /// etcd's `checkRequestPut` (lease existence is checked by another layer).
+    /// etcd's `checkRequestPut`.
     fn check_put(&self, p: &PutRequest) -> Result<(), MvccError> {
         if (p.ignore_value || p.ignore_lease) && self.live(&p.key)?.is_none() {
             return Err(MvccError::KeyNotFound);
+        }
+        if p.lease != 0 && self.lease_ttl(p.lease)?.is_none() {
+            return Err(MvccError::LeaseNotFound);
         }
         Ok(())
     }

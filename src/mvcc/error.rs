@@ -30,6 +30,12 @@ pub enum MvccError {
     /// `ignore_lease` together with a non-zero lease.
     #[error("etcdserver: lease is provided")]
     LeaseProvided,
+    /// A put or revoke naming a lease that does not exist.
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    /// A grant with the id of an existing lease.
+    #[error("etcdserver: lease already exists")]
+    LeaseExists,
     /// Unknown sort order or sort target.
     #[error("etcdserver: invalid sort option")]
     InvalidSortOption,

@@ -1,16 +1,22 @@
 //! Multi-version key-value storage with etcd 3.4 semantics, on sled.
 //!
 //! # Layout
-//! Three sled trees, all changed by one sled transaction per applied batch:
+//! Four sled trees, all changed by one sled transaction per applied batch:
 //! - [`REV_TREE`]: the history. Key = main revision (8 bytes BE) ++ sub revision (8 bytes
 //!   BE); value = one tombstone flag byte ++ prost-encoded `KeyValue`. Tombstones hold only
 //!   `key` and `mod_revision`.
 //! - [`IDX_TREE`]: user key -> bincode-encoded key index (generations of revisions, like
 //!   etcd's `keyIndex`), so "the key's revision visible at R" needs no history scan.
+//! - [`LEASE_TREE`]: lease id (8 bytes BE) -> granted TTL in seconds (8 bytes BE). Which keys
+//!   a lease holds is not stored separately: it is the set of live keys whose current
+//!   `KeyValue.lease` is the id, so attaching (put), detaching (put without the lease,
+//!   delete) and revoking cannot disagree with the data.
 //! - [`META_TREE`]: the current and compacted revision under keys starting with
 //!   [`RESERVED_META_PREFIX`], plus whatever the caller passes to [`MvccStore::apply`].
 //!
 //! # Invariants
+//! - Every live key's `lease` is 0 or names a lease in [`LEASE_TREE`]: a put naming a
+//!   missing lease fails, and revoking a lease deletes its keys in the same request.
 //! - Every revision listed in a key index has a record in the history, and vice versa.
 //! - An empty store is at revision 1. Each write request that changes something bumps
 //!   the revision by exactly one; its changes get sub revisions 0, 1, ...
@@ -52,7 +58,8 @@ use index::Record;
 use view::{range_at, Committed, KeyRange, View};
 
 use crate::proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
 };
 use crate::proto::mvccpb::{event::EventType, Event, KeyValue};
@@ -61,6 +68,8 @@ use crate::proto::mvccpb::{event::EventType, Event, KeyValue};
 pub const REV_TREE: &str = "mvcc_rev";
 /// sled tree holding the key index.
 pub const IDX_TREE: &str = "mvcc_idx";
+/// sled tree holding leases.
+pub const LEASE_TREE: &str = "mvcc_lease";
 /// sled tree holding MVCC metadata and the caller's metadata.
 pub const META_TREE: &str = "mvcc_meta";
 /// Meta keys with this prefix belong to the MVCC layer; `apply` refuses them.
@@ -79,6 +88,9 @@ pub enum WriteRequest {
     DeleteRange(DeleteRangeRequest),
     Txn(TxnRequest),
     Compact(CompactionRequest),
+    /// `id` must be non-zero and `ttl` final: the proposer chooses both.
+    LeaseGrant(LeaseGrantRequest),
+    LeaseRevoke(LeaseRevokeRequest),
 }
 
 /// The response to a [`WriteRequest`]. `header.revision` is the store revision after the
@@ -89,6 +101,8 @@ pub enum WriteResponse {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compact(CompactionResponse),
+    LeaseGrant(LeaseGrantResponse),
+    LeaseRevoke(LeaseRevokeResponse),
 }
 
 /// Events read from the history by [`MvccStore::events_since`].
@@ -106,6 +120,7 @@ struct Inner {
     rev: sled::Tree,
     idx: sled::Tree,
     meta: sled::Tree,
+    lease: sled::Tree,
     current: AtomicI64,
     compacted: AtomicI64,
     apply_lock: Mutex<()>,
@@ -132,6 +147,7 @@ impl MvccStore {
             rev: db.open_tree(REV_TREE)?,
             idx: db.open_tree(IDX_TREE)?,
             meta: db.open_tree(META_TREE)?,
+            lease: db.open_tree(LEASE_TREE)?,
             current: AtomicI64::new(1),
             compacted: AtomicI64::new(NEVER_COMPACTED),
             apply_lock: Mutex::new(()),
@@ -214,7 +230,7 @@ impl MvccStore {
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old_cur = self.current_revision();
         let old_compacted = self.compacted_revision();
-        let mut batch = Batch::new(&i.idx, &i.rev, old_cur, old_compacted);
+        let mut batch = Batch::new(&i.idx, &i.rev, &i.lease, old_cur, old_compacted);
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
             match batch.apply_one(r) {
@@ -237,7 +253,7 @@ impl MvccStore {
             // also sees the new compacted revision when it re-checks.
             i.compacted.store(compacted, Ordering::SeqCst);
         }
-        let res = (&i.rev, &i.idx, &i.meta).transaction(|(tr, ti, tm)| {
+        let res = (&i.rev, &i.idx, &i.meta, &i.lease).transaction(|(tr, ti, tm, tl)| {
             for (k, v) in &writes.rev {
                 match v {
                     Some(v) => tr.insert(&k[..], &v[..])?,
@@ -254,6 +270,12 @@ impl MvccStore {
                 match v {
                     Some(v) => tm.insert(&k[..], &v[..])?,
                     None => tm.remove(&k[..])?,
+                };
+            }
+            for (k, v) in &writes.lease {
+                match v {
+                    Some(v) => tl.insert(&k[..], &v[..])?,
+                    None => tl.remove(&k[..])?,
                 };
             }
             Ok::<(), ConflictableTransactionError<()>>(())
@@ -373,14 +395,19 @@ impl MvccStore {
     /// point-in-time image if no apply runs during the iteration.
     pub fn dump(&self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> + '_ {
         let i = &self.inner;
-        [(REV_TREE, &i.rev), (IDX_TREE, &i.idx), (META_TREE, &i.meta)]
-            .into_iter()
-            .flat_map(|(name, tree)| {
-                tree.iter().map(move |item| {
-                    let (k, v) = item?;
-                    Ok((name.to_string(), k.to_vec(), v.to_vec()))
-                })
+        [
+            (REV_TREE, &i.rev),
+            (IDX_TREE, &i.idx),
+            (META_TREE, &i.meta),
+            (LEASE_TREE, &i.lease),
+        ]
+        .into_iter()
+        .flat_map(|(name, tree)| {
+            tree.iter().map(move |item| {
+                let (k, v) = item?;
+                Ok((name.to_string(), k.to_vec(), v.to_vec()))
             })
+        })
     }
 
     /// Replaces the whole store content with `entries` (as produced by [`Self::dump`]).
@@ -396,11 +423,13 @@ impl MvccStore {
         i.rev.clear()?;
         i.idx.clear()?;
         i.meta.clear()?;
+        i.lease.clear()?;
         for (tree, k, v) in entries {
             let t = match tree.as_str() {
                 REV_TREE => &i.rev,
                 IDX_TREE => &i.idx,
                 META_TREE => &i.meta,
+                LEASE_TREE => &i.lease,
                 other => return Err(MvccError::Storage(format!("unknown tree {other:?}"))),
             };
             t.insert(k, v)?;
@@ -408,8 +437,50 @@ impl MvccStore {
         self.reload_counters()
     }
 
+    /// The granted TTL of lease `id`, if the lease exists.
+    pub fn lease_ttl(&self, id: i64) -> Result<Option<i64>, MvccError> {
+        lease_ttl_in(&self.inner.lease, id)
+    }
+
+    /// Every lease as (id, granted TTL), by id.
+    pub fn leases(&self) -> Result<Vec<(i64, i64)>, MvccError> {
+        self.inner
+            .lease
+            .iter()
+            .map(|item| {
+                let (k, v) = item?;
+                Ok((decode_i64(&k)?, decode_i64(&v)?))
+            })
+            .collect()
+    }
+
+    /// The current keys attached to lease `id`, in key order.
+    pub fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, MvccError> {
+        let cur = self.current_revision();
+        let keys = lease_keys_in(&self.committed(), cur, id)?;
+        self.recheck_compacted(cur)?;
+        Ok(keys)
+    }
+
     /// Flushes the sled database (apply never does).
     pub fn flush(&self) -> Result<usize, MvccError> {
         Ok(self.inner.db.flush()?)
     }
+}
+
+fn lease_ttl_in(tree: &sled::Tree, id: i64) -> Result<Option<i64>, MvccError> {
+    tree.get(id.to_be_bytes())?
+        .map(|v| decode_i64(&v))
+        .transpose()
+}
+
+/// Live keys at `rev` whose value carries lease `id`. A full scan: leases are looked up by
+/// key rarely (revoke, time-to-live with keys), and no second index can go stale.
+fn lease_keys_in(view: &dyn View, rev: i64, id: i64) -> Result<Vec<Vec<u8>>, MvccError> {
+    let (kvs, _) = view::live_kvs(view, &KeyRange::From(Vec::new()), rev, 0, false)?;
+    Ok(kvs
+        .into_iter()
+        .filter(|kv| kv.lease == id)
+        .map(|kv| kv.key)
+        .collect())
 }

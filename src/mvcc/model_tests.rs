@@ -206,6 +206,9 @@ impl Model {
                     header: hdr(self.cur()),
                 })
             }
+            WriteRequest::LeaseGrant(_) | WriteRequest::LeaseRevoke(_) => {
+                unreachable!("the generator makes no lease requests")
+            }
         };
         if ex.changes > 0 {
             self.states.push(ex.w);
@@ -515,6 +518,17 @@ fn open(dir: &std::path::Path) -> (sled::Db, MvccStore) {
         }
     };
     let s = MvccStore::open(&db).unwrap();
+    // The generated puts name leases 1 and 2, which the model takes to exist; granting
+    // changes no revision, so the model needs no other notion of leases.
+    for id in [1, 2] {
+        if s.lease_ttl(id).unwrap().is_none() {
+            let g = WriteRequest::LeaseGrant(crate::proto::etcdserverpb::LeaseGrantRequest {
+                id,
+                ttl: 60,
+            });
+            s.apply(&[g], &[]).unwrap().pop().unwrap().unwrap();
+        }
+    }
     (db, s)
 }
 

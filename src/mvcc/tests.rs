@@ -442,6 +442,7 @@ fn ignore_value_on_missing_key_is_an_error() {
     );
     assert_eq!(s.current_revision(), 1);
     put(&s, "a", "v");
+    one(&s, grant(7, 60)).unwrap();
     one(
         &s,
         WriteRequest::Put(PutRequest {
@@ -832,6 +833,134 @@ fn concurrent_reads_are_consistent_with_their_revision() {
     for r in readers {
         r.join().unwrap();
     }
+}
+
+fn grant(id: i64, ttl: i64) -> WriteRequest {
+    WriteRequest::LeaseGrant(LeaseGrantRequest { id, ttl })
+}
+
+fn revoke(id: i64) -> WriteRequest {
+    WriteRequest::LeaseRevoke(LeaseRevokeRequest { id })
+}
+
+fn put_lease(k: &str, lease: i64) -> WriteRequest {
+    WriteRequest::Put(PutRequest {
+        key: k.into(),
+        value: b"v".to_vec(),
+        lease,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn lease_grant_put_and_revoke_in_one_revision() {
+    let (_d, _db, s) = temp_store();
+    one(&s, grant(5, 10)).unwrap();
+    assert_eq!(one(&s, grant(5, 20)), Err(MvccError::LeaseExists));
+    assert_eq!(s.lease_ttl(5).unwrap(), Some(10));
+    one(&s, put_lease("a", 5)).unwrap();
+    one(&s, put_lease("b", 5)).unwrap();
+    put(&s, "c", "x");
+    assert_eq!(s.lease_keys(5).unwrap(), vec![b"a".to_vec(), b"b".to_vec()]);
+    let before = s.current_revision();
+    match one(&s, revoke(5)).unwrap() {
+        WriteResponse::LeaseRevoke(r) => assert_eq!(r.header.unwrap().revision, before + 1),
+        r => panic!("{r:?}"),
+    }
+    let ev = s.events_since(before + 1, b"\0", b"\0", false, 0).unwrap();
+    assert_eq!(ev.events.len(), 2);
+    assert!(ev
+        .events
+        .iter()
+        .all(|e| e.kv.as_ref().unwrap().mod_revision == before + 1));
+    assert_eq!(s.lease_ttl(5).unwrap(), None);
+    assert!(s.get_at(b"a", 0).unwrap().is_none());
+    assert!(s.get_at(b"c", 0).unwrap().is_some());
+    assert_eq!(one(&s, revoke(5)), Err(MvccError::LeaseNotFound));
+}
+
+#[test]
+fn revoking_a_lease_without_keys_keeps_the_revision() {
+    let (_d, _db, s) = temp_store();
+    one(&s, grant(1, 10)).unwrap();
+    let rev = s.current_revision();
+    one(&s, revoke(1)).unwrap();
+    assert_eq!(s.current_revision(), rev);
+    assert!(s.leases().unwrap().is_empty());
+}
+
+#[test]
+fn put_with_missing_lease_fails_also_in_txn() {
+    let (_d, _db, s) = temp_store();
+    assert_eq!(one(&s, put_lease("a", 9)), Err(MvccError::LeaseNotFound));
+    let t = TxnRequest {
+        success: vec![RequestOp {
+            request: Some(Request::RequestPut(PutRequest {
+                key: b"a".to_vec(),
+                lease: 9,
+                ..Default::default()
+            })),
+        }],
+        ..Default::default()
+    };
+    assert_eq!(txn(&s, t), Err(MvccError::LeaseNotFound));
+    assert_eq!(s.current_revision(), 1);
+}
+
+#[test]
+fn lease_attachment_follows_the_key() {
+    let (_d, _db, s) = temp_store();
+    one(&s, grant(1, 10)).unwrap();
+    one(&s, grant(2, 10)).unwrap();
+    one(&s, put_lease("a", 1)).unwrap();
+    one(&s, put_lease("b", 1)).unwrap();
+    one(&s, put_lease("c", 1)).unwrap();
+    // Moved to another lease, detached by a plain put, kept by ignore_lease, deleted.
+    one(&s, put_lease("a", 2)).unwrap();
+    put(&s, "b", "plain");
+    one(
+        &s,
+        WriteRequest::Put(PutRequest {
+            key: b"c".to_vec(),
+            value: b"new".to_vec(),
+            ignore_lease: true,
+            ..Default::default()
+        }),
+    )
+    .unwrap();
+    assert_eq!(s.get_at(b"c", 0).unwrap().unwrap().lease, 1);
+    assert_eq!(s.lease_keys(1).unwrap(), vec![b"c".to_vec()]);
+    del(&s, "c", "");
+    assert!(s.lease_keys(1).unwrap().is_empty());
+    one(&s, revoke(1)).unwrap();
+    assert!(s.get_at(b"b", 0).unwrap().is_some());
+    assert_eq!(s.lease_keys(2).unwrap(), vec![b"a".to_vec()]);
+}
+
+#[test]
+fn a_batch_sees_its_own_grants_and_revokes() {
+    let (_d, _db, s) = temp_store();
+    let out = s
+        .apply(
+            &[
+                grant(3, 5),
+                put_lease("k", 3),
+                revoke(3),
+                put_lease("k2", 3),
+            ],
+            &[],
+        )
+        .unwrap();
+    assert!(out[..3].iter().all(|r| r.is_ok()), "{out:?}");
+    assert_eq!(out[3], Err(MvccError::LeaseNotFound));
+    assert!(s.get_at(b"k", 0).unwrap().is_none());
+    assert!(s.leases().unwrap().is_empty());
+    // Leases are part of the snapshot dump.
+    one(&s, grant(4, 7)).unwrap();
+    let dump: Vec<_> = s.dump().collect::<Result<_, _>>().unwrap();
+    let (_d2, _db2, s2) = temp_store();
+    s2.load(dump).unwrap();
+    assert_eq!(s2.leases().unwrap(), vec![(4, 7)]);
 }
 
 /// The writes replayed by `range_sort_ties_match_etcd`; each inner list is one txn of puts

@@ -11,12 +11,16 @@ use tonic::{Request, Response, Status, Streaming};
 use super::log_store::encode;
 use super::node::RaftNode;
 use super::types::{Snapshot, SnapshotMeta, Vote};
+use crate::proto::etcdserverpb::{
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+};
 use crate::proto::kvdpb::peer_server::Peer;
 use crate::proto::kvdpb::{
     ForwardRequest, ForwardResponse, MemberInfoRequest, MemberInfoResponse, MembershipRequest,
     MembershipResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse, RemovedRequest,
     RemovedResponse, SnapshotChunk,
 };
+use crate::server::lease::{keep_alive_local, time_to_live_local};
 use crate::server::membership::Reconfig;
 
 pub struct PeerService {
@@ -198,5 +202,19 @@ impl Peer for PeerService {
         }
         let _ = self.removed.send(true);
         Ok(Response::new(RemovedResponse {}))
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        req: Request<LeaseKeepAliveRequest>,
+    ) -> Result<Response<LeaseKeepAliveResponse>, Status> {
+        keep_alive_local(&self.node, req.into_inner().id).map(Response::new)
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        req: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        time_to_live_local(&self.node, &req.into_inner()).map(Response::new)
     }
 }

@@ -10,6 +10,8 @@
 //!   it copies), written to a file that is fsynced, renamed and whose directory is fsynced.
 //!   sled is flushed before the snapshot is reported built, because openraft may purge the log
 //!   below it right after.
+//! - The lessor (in-memory lease expiries) hears of a batch's grants and revokes after the
+//!   batch commits and before any of its proposers is answered.
 //! - Installing a snapshot is crash-safe: the snapshot file is durable first, an "installing"
 //!   marker is flushed to sled, then the trees are replaced; a restart that finds the marker
 //!   (or a sled older than the newest snapshot) reinstalls from the file.
@@ -33,6 +35,7 @@ use super::snapshot_file;
 use super::types::{
     CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
+use crate::lease::Lessor;
 use crate::mvcc::{MvccStore, WriteRequest, WriteResponse};
 use crate::proto::kvdpb::{
     internal_request, internal_response, InternalRequest, InternalResponse, MemberAttributes,
@@ -66,6 +69,8 @@ pub struct SmShared {
     /// may otherwise race (one removing the file another is about to read).
     snap_io: std::sync::Mutex<()>,
     applied_tx: watch::Sender<u64>,
+    /// The leader's lease expiry bookkeeping; apply tells it about grants and revokes.
+    pub lessor: Lessor,
     /// The store revision after the last apply: watchers wake on it and read new events from
     /// the MVCC history (which is durable in sled before this is sent).
     revision_tx: watch::Sender<i64>,
@@ -93,6 +98,7 @@ impl StateMachine {
                 mvcc,
                 snap_dir,
                 snap_io: std::sync::Mutex::new(()),
+                lessor: Lessor::default(),
                 applied_tx,
                 revision_tx,
             }),
@@ -177,6 +183,7 @@ impl StateMachine {
             ],
         )?;
         self.shared.db.flush()?;
+        self.shared.lessor.sync(&mvcc.leases()?);
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
         self.shared
@@ -194,6 +201,8 @@ fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
         R::DeleteRange(d) => Some(WriteRequest::DeleteRange(d)),
         R::Txn(t) => Some(WriteRequest::Txn(t)),
         R::Compaction(c) => Some(WriteRequest::Compact(c)),
+        R::LeaseGrant(g) => Some(WriteRequest::LeaseGrant(g)),
+        R::LeaseRevoke(r) => Some(WriteRequest::LeaseRevoke(r)),
         R::Publish(_) => None,
     }
 }
@@ -208,6 +217,8 @@ fn to_internal_response(r: WriteResponse) -> (internal_response::Response, i64) 
         WriteResponse::DeleteRange(d) => (rev(&d.header), R::DeleteRange(d)).swap(),
         WriteResponse::Txn(t) => (rev(&t.header), R::Txn(t)).swap(),
         WriteResponse::Compact(c) => (rev(&c.header), R::Compaction(c)).swap(),
+        WriteResponse::LeaseGrant(g) => (rev(&g.header), R::LeaseGrant(g)).swap(),
+        WriteResponse::LeaseRevoke(r) => (rev(&r.header), R::LeaseRevoke(r)).swap(),
     }
 }
 
@@ -287,6 +298,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
         let mut results = applied.map_err(StoreError::from)?;
         let current = self.shared.mvcc.current_revision();
+        // Before any responder fires: a client that got its grant can keep it alive at once.
+        for (req, res) in reqs.iter().zip(&results) {
+            match (req, res) {
+                (WriteRequest::LeaseGrant(g), Ok(_)) => self.shared.lessor.granted(g.id, g.ttl),
+                (WriteRequest::LeaseRevoke(r), Ok(_)) => self.shared.lessor.revoked(r.id),
+                _ => {}
+            }
+        }
 
         for ((_, responder), slot) in batch.into_iter().zip(slots) {
             let Some(responder) = responder else { continue };

@@ -23,6 +23,10 @@ pub enum ApiError {
     MemberNotFound,
     #[error("etcdserver: requested lease not found")]
     LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseExists,
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
     #[error("etcdserver: not leader")]
     NotLeader,
     #[error("etcdserver: Peer URLs already exists")]
@@ -85,7 +89,8 @@ fn code_of(msg: &str) -> Code {
         | "etcdserver: duplicate key given in txn request"
         | "etcdserver: request is too large" => Code::InvalidArgument,
         "etcdserver: mvcc: required revision has been compacted"
-        | "etcdserver: mvcc: required revision is a future revision" => Code::OutOfRange,
+        | "etcdserver: mvcc: required revision is a future revision"
+        | "etcdserver: too large lease TTL" => Code::OutOfRange,
         "etcdserver: requested lease not found" | "etcdserver: member not found" => Code::NotFound,
         "etcdserver: mvcc: database space exceeded" => Code::ResourceExhausted,
         "etcdserver: Peer URLs already exists"
@@ -95,6 +100,7 @@ fn code_of(msg: &str) -> Code {
         | "etcdserver: can only promote a learner member"
         | "etcdserver: too many learner members in cluster"
         | "etcdserver: not leader"
+        | "etcdserver: lease already exists"
         | "etcdserver: bad leader transferee" => Code::FailedPrecondition,
         "etcdserver: given member URLs are invalid" => Code::InvalidArgument,
         "etcdserver: no leader"
@@ -142,6 +148,10 @@ mod tests {
         );
         let s: Status = ApiError::NotEnoughStartedMembers.into();
         assert_eq!(s.code(), Code::FailedPrecondition);
+        let s: Status = ApiError::Applied("etcdserver: lease already exists".into()).into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        let s: Status = ApiError::Applied("etcdserver: requested lease not found".into()).into();
+        assert_eq!(s.code(), Code::NotFound);
         let s: Status = ApiError::MemberNotFound.into();
         assert_eq!(s.code(), Code::NotFound);
         let s: Status = ApiError::from(ProposeError::NoLeader).into();

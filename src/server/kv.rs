@@ -18,20 +18,6 @@ use crate::proto::kvdpb::internal_request::Request as In;
 use crate::proto::kvdpb::internal_response::Response as Out;
 use crate::proto::kvdpb::InternalRequest;
 
-/// Leases do not exist yet, so any put naming one names a lease that is not found (etcd checks
-/// lease existence before proposing, for plain puts and for puts inside txns).
-fn check_no_lease_txn(t: &TxnRequest) -> Result<(), ApiError> {
-    use crate::proto::etcdserverpb::request_op::Request as Op;
-    for op in t.success.iter().chain(&t.failure) {
-        match &op.request {
-            Some(Op::RequestPut(p)) if p.lease != 0 => return Err(ApiError::LeaseNotFound),
-            Some(Op::RequestTxn(inner)) => check_no_lease_txn(inner)?,
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 pub struct KvService {
     pub ctx: ServerCtx,
 }
@@ -84,10 +70,9 @@ impl Kv for KvService {
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let (md, _, r) = req.into_parts();
+        // Lease existence is checked when the put is applied: a check here could wrongly
+        // refuse a lease granted through another member that this one has not applied yet.
         mvcc::check_put(&r).map_err(ApiError::from)?;
-        if r.lease != 0 {
-            return Err(ApiError::LeaseNotFound.into());
-        }
         match self.write(&md, In::Put(r)).await? {
             Out::Put(mut p) => {
                 p.header = self.ctx.header(p.header.map_or(0, |h| h.revision));
@@ -117,7 +102,6 @@ impl Kv for KvService {
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let (md, _, r) = req.into_parts();
         mvcc::check_txn(&r, self.ctx.max_txn_ops).map_err(ApiError::from)?;
-        check_no_lease_txn(&r)?;
         match self.write(&md, In::Txn(r)).await? {
             Out::Txn(mut t) => {
                 t.header = self.ctx.header(t.header.map_or(0, |h| h.revision));

@@ -14,6 +14,7 @@ pub mod context;
 pub mod error;
 pub mod identity;
 pub mod kv;
+pub mod lease;
 pub mod maintenance;
 pub mod membership;
 pub mod watches;
@@ -33,6 +34,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::config::Config;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
+use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::etcdserverpb::watch_server::WatchServer;
 use crate::proto::kvdpb::peer_server::PeerServer;
@@ -204,6 +206,10 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
                 .max_encoding_message_size(usize::MAX),
             )
             .add_service(
+                LeaseServer::new(lease::LeaseService { ctx: ctx.clone() })
+                    .max_decoding_message_size(max_msg),
+            )
+            .add_service(
                 ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
                     .max_decoding_message_size(max_msg),
             )
@@ -232,6 +238,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         }
     }
 
+    let lessor = tokio::spawn(lease::lessor_duties(node.clone()));
     let publisher = tokio::spawn(publish(
         node.clone(),
         cfg.name.clone(),
@@ -258,6 +265,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     drop(removed_tx);
     tracing::info!("stopping member");
     publisher.abort();
+    lessor.abort();
     hand_over_leadership(&node).await;
     let _ = stop_tx.send(true);
     let _ = raft.shutdown().await;

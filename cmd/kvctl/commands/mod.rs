@@ -3,6 +3,7 @@
 mod compaction;
 mod endpoint;
 mod kv;
+mod lease;
 mod member;
 mod txn;
 mod watch;
@@ -11,7 +12,7 @@ use std::io::Write;
 
 use tokio::time::Instant;
 
-use crate::cli::{Cli, Command, EndpointCommand, GlobalArgs, MemberCommand};
+use crate::cli::{Cli, Command, EndpointCommand, GlobalArgs, LeaseCommand, MemberCommand};
 use crate::client::Conn;
 use crate::error::CliError;
 use crate::output::{Format, Output, Printer};
@@ -76,6 +77,13 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             MemberCommand::Promote(a) => member::promote(&ctx, a).await,
         },
         Command::Watch(a) => watch::watch(&ctx, a).await,
+        Command::Lease(l) => match l.command {
+            LeaseCommand::Grant(a) => lease::grant(&ctx, a).await,
+            LeaseCommand::Revoke(a) => lease::revoke(&ctx, a).await,
+            LeaseCommand::TimeToLive(a) => lease::time_to_live(&ctx, a).await,
+            LeaseCommand::List => lease::list(&ctx).await,
+            LeaseCommand::KeepAlive(a) => lease::keep_alive(&ctx, a).await,
+        },
         Command::MoveLeader(a) => member::move_leader(&ctx, a).await,
         Command::Version => {
             println!("etcdctl version: {ETCDCTL_VERSION}");

@@ -1,0 +1,312 @@
+//! The etcd v3 Lease service, and the leader's lease duties.
+//!
+//! Grants and revokes are replicated writes. Expiry is the leader's alone: keep-alives and
+//! time-to-live queries are answered from the leader's in-memory [`Lessor`] (a follower
+//! forwards them over the peer protocol), and a task on the leader proposes a revoke for every
+//! lease whose time is up.
+//!
+//! Invariants:
+//! - The lessor is primary exactly while Raft metrics name this member leader; promotion
+//!   happens with the election timeout as grace (see [`crate::lease`]).
+//! - A server-chosen lease id is chosen before proposing, so all members apply the same id;
+//!   the TTL in the log is already raised to the minimum.
+
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use openraft::async_runtime::WatchReceiver;
+use openraft::ServerState;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::context::ServerCtx;
+use super::error::ApiError;
+use crate::lease::{min_ttl, Lookup, MAX_LEASE_TTL};
+use crate::proto::etcdserverpb::lease_server::Lease;
+use crate::proto::etcdserverpb::{
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+};
+use crate::proto::kvdpb::internal_request::Request as In;
+use crate::proto::kvdpb::internal_response::Response as Out;
+use crate::proto::kvdpb::InternalRequest;
+use crate::raft::node::REQUEST_TIMEOUT;
+use crate::raft::RaftNode;
+
+/// How often the leader looks for expired leases (etcd checks every 500ms).
+const EXPIRY_CHECK: Duration = Duration::from_millis(500);
+
+/// Leader side of a keep-alive: the lease's TTL, 0 for an unknown or expired lease.
+pub fn keep_alive_local(node: &RaftNode, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
+    let ttl = match node.sm.shared.lessor.renew(id) {
+        Lookup::Found(ttl) => ttl,
+        Lookup::NotFound => 0,
+        Lookup::NotPrimary => return Err(Status::failed_precondition("not leader")),
+    };
+    Ok(LeaseKeepAliveResponse {
+        header: None,
+        id,
+        ttl,
+    })
+}
+
+/// Leader side of a time-to-live query: TTL -1 for an unknown lease, as etcd answers.
+pub fn time_to_live_local(
+    node: &RaftNode,
+    req: &LeaseTimeToLiveRequest,
+) -> Result<LeaseTimeToLiveResponse, Status> {
+    let id = req.id;
+    let (granted, left) = match node.sm.shared.lessor.time_to_live(id) {
+        Lookup::Found(t) => t,
+        Lookup::NotFound => {
+            return Ok(LeaseTimeToLiveResponse {
+                id,
+                ttl: -1,
+                ..Default::default()
+            })
+        }
+        Lookup::NotPrimary => return Err(Status::failed_precondition("not leader")),
+    };
+    let keys = if req.keys {
+        node.sm
+            .shared
+            .mvcc
+            .lease_keys(id)
+            .map_err(|e| Status::unavailable(e.to_string()))?
+    } else {
+        Vec::new()
+    };
+    Ok(LeaseTimeToLiveResponse {
+        header: None,
+        id,
+        ttl: left,
+        granted_ttl: granted,
+        keys,
+    })
+}
+
+/// Runs `local` on the leader (here, or on the leader through `remote`), retrying while
+/// leadership is moving, until [`REQUEST_TIMEOUT`].
+async fn on_leader<T, L, R, F>(node: &RaftNode, local: L, remote: R) -> Result<T, ApiError>
+where
+    L: Fn() -> Result<T, Status>,
+    R: Fn(crate::raft::Member) -> F,
+    F: std::future::Future<Output = Result<T, Status>>,
+{
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    loop {
+        let (leader, member) = node.wait_leader(deadline).await?;
+        let res = if leader == node.id {
+            local()
+        } else {
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::timeout(left, remote(member))
+                .await
+                .map_err(|_| ApiError::Timeout)?
+        };
+        match res {
+            Ok(v) => return Ok(v),
+            Err(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unavailable | tonic::Code::FailedPrecondition
+                ) =>
+            {
+                if Instant::now() >= deadline {
+                    return Err(ApiError::Timeout);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(s) => return Err(ApiError::Remote(s.code(), s.message().to_string())),
+        }
+    }
+}
+
+async fn keep_alive(node: &RaftNode, id: i64) -> Result<LeaseKeepAliveResponse, ApiError> {
+    on_leader(
+        node,
+        || keep_alive_local(node, id),
+        |m| async move {
+            let mut c = node.channels.peer(&m).map_err(Status::unavailable)?;
+            Ok(c.lease_keep_alive(LeaseKeepAliveRequest { id })
+                .await?
+                .into_inner())
+        },
+    )
+    .await
+}
+
+pub struct LeaseService {
+    pub ctx: ServerCtx,
+}
+
+impl LeaseService {
+    async fn write(&self, req: In) -> Result<Out, ApiError> {
+        self.ctx
+            .propose(InternalRequest { request: Some(req) })
+            .await
+    }
+}
+
+type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    async fn lease_grant(
+        &self,
+        req: Request<LeaseGrantRequest>,
+    ) -> Result<Response<LeaseGrantResponse>, Status> {
+        self.ctx.check_leader(req.metadata())?;
+        let mut r = req.into_inner();
+        if r.ttl > MAX_LEASE_TTL {
+            return Err(ApiError::LeaseTtlTooLarge.into());
+        }
+        r.ttl = r.ttl.max(min_ttl(self.ctx.node.election_timeout));
+        let chosen = r.id == 0;
+        loop {
+            if chosen {
+                // etcd's ids are positive int64s.
+                r.id = (rand::random::<i64>() & i64::MAX).max(1);
+            }
+            match self.write(In::LeaseGrant(r)).await {
+                Ok(Out::LeaseGrant(mut g)) => {
+                    g.header = self.ctx.header(self.ctx.current_revision());
+                    return Ok(Response::new(g));
+                }
+                Ok(_) => return Err(ApiError::Internal("unexpected apply result".into()).into()),
+                // Our random pick collided; the client never saw that id.
+                Err(ApiError::Applied(m)) if chosen && m == ApiError::LeaseExists.to_string() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    async fn lease_revoke(
+        &self,
+        req: Request<LeaseRevokeRequest>,
+    ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        self.ctx.check_leader(req.metadata())?;
+        match self.write(In::LeaseRevoke(req.into_inner())).await? {
+            Out::LeaseRevoke(mut r) => {
+                r.header = self.ctx.header(self.ctx.current_revision());
+                Ok(Response::new(r))
+            }
+            _ => Err(ApiError::Internal("unexpected apply result".into()).into()),
+        }
+    }
+
+    type LeaseKeepAliveStream = KeepAliveStream;
+
+    async fn lease_keep_alive(
+        &self,
+        req: Request<Streaming<LeaseKeepAliveRequest>>,
+    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        self.ctx.check_leader(req.metadata())?;
+        let mut input = req.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let ctx = self.ctx.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(r)) = input.next().await {
+                let out = keep_alive(&ctx.node, r.id).await.map(|mut resp| {
+                    resp.header = ctx.header(ctx.current_revision());
+                    resp
+                });
+                let failed = out.is_err();
+                if tx.send(out.map_err(Status::from)).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        req: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        self.ctx.check_leader(req.metadata())?;
+        let r = req.into_inner();
+        let node = &self.ctx.node;
+        let mut resp = on_leader(
+            node,
+            || time_to_live_local(node, &r),
+            |m| async move {
+                let mut c = node.channels.peer(&m).map_err(Status::unavailable)?;
+                Ok(c.lease_time_to_live(r).await?.into_inner())
+            },
+        )
+        .await?;
+        resp.header = self.ctx.header(self.ctx.current_revision());
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_leases(
+        &self,
+        req: Request<LeaseLeasesRequest>,
+    ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        self.ctx.check_leader(req.metadata())?;
+        let leases = self
+            .ctx
+            .node
+            .sm
+            .shared
+            .mvcc
+            .leases()
+            .map_err(ApiError::from)?
+            .into_iter()
+            .map(|(id, _)| LeaseStatus { id })
+            .collect();
+        Ok(Response::new(LeaseLeasesResponse {
+            header: self.ctx.header(self.ctx.current_revision()),
+            leases,
+        }))
+    }
+}
+
+/// Keeps the lessor primary exactly while this member leads, and while it does, proposes
+/// revokes for expired leases. Runs until the Raft node shuts down.
+pub async fn lessor_duties(node: RaftNode) {
+    let lessor = &node.sm.shared.lessor;
+    let mut metrics = node.raft.metrics();
+    let mut tick = tokio::time::interval(EXPIRY_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let leading = {
+            let m = metrics.borrow_watched();
+            m.state == ServerState::Leader && m.current_leader == Some(node.id)
+        };
+        if leading && !lessor.is_primary() {
+            let mvcc = &node.sm.shared.mvcc;
+            match lessor.promote_with(|| mvcc.leases(), node.election_timeout) {
+                Ok(()) => tracing::info!("became lease primary"),
+                Err(e) => tracing::error!("cannot load leases: {e}"),
+            }
+        } else if !leading && lessor.is_primary() {
+            lessor.demote();
+            tracing::info!("no longer lease primary");
+        }
+        for id in lessor.expired() {
+            let node = node.clone();
+            tokio::spawn(async move {
+                let req = InternalRequest {
+                    request: Some(In::LeaseRevoke(LeaseRevokeRequest { id })),
+                };
+                match node.propose(req).await {
+                    Ok(_) => {
+                        tracing::debug!(lease = %format!("{id:016x}"), "expired lease revoked")
+                    }
+                    Err(e) => {
+                        tracing::warn!(lease = %format!("{id:016x}"), "revoking expired lease: {e}")
+                    }
+                }
+            });
+        }
+        tokio::select! {
+            r = metrics.changed() => if r.is_err() { lessor.demote(); return },
+            _ = tick.tick() => {}
+        }
+    }
+}
