@@ -97,9 +97,8 @@ fn snapshot_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     let mut v = Vec::new();
     for e in fs::read_dir(dir)? {
         let p = e?.path();
-        match p.extension().and_then(|x| x.to_str()) {
-            Some("snap") => v.push(p),
-            _ => {}
+        if p.extension().and_then(|x| x.to_str()) == Some("snap") {
+            v.push(p);
         }
     }
     v.sort();
