@@ -4,13 +4,13 @@
 # (etcd then kvd, or the reverse on odd rounds) so drift on a shared machine hits both;
 # the table reports medians over the rounds.
 #
-# Usage: scripts/bench_compare.sh [out-dir]
+# Usage: benches/compare/bench_compare.sh [out-dir]
 # Env:   ROUNDS (3) TOTAL (10000) TOTAL_SEQ (1000, for the 1-client put) CONNS (16)
 #        KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/)
 #        ETCD_BIN (etcd)  SKIP_BUILD=1 to use existing binaries
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TD=${CARGO_TARGET_DIR:-$ROOT/target}
 KVD_BIN=${KVD_BIN:-$TD/release/kvd}
 KVBENCH_BIN=${KVBENCH_BIN:-$TD/release/kvbench}
@@ -142,4 +142,4 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 "$KVBENCH_BIN" fsync --dir "$OUT" --count 500 --json >"$OUT/fsync.json"
-python3 "$ROOT/scripts/bench_table.py" "$OUT"
+python3 "$ROOT/benches/compare/bench_table.py" "$OUT"
