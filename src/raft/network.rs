@@ -23,7 +23,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
     TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
-use openraft::{AnyError, OptionalSend};
+use openraft::OptionalSend;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
@@ -327,6 +327,3 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         )
     }
 }
-
-#[allow(dead_code)]
-fn _assert_any_error(_: AnyError) {}

@@ -140,3 +140,38 @@ pub fn remove_older(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_corruption_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let meta = SnapshotMeta::default();
+        let path = write(d.path(), &meta, b"payload").unwrap();
+        let (m, data) = read(&path).unwrap();
+        assert_eq!((m, data.as_slice()), (meta.clone(), &b"payload"[..]));
+        assert_eq!(latest(d.path()).unwrap().unwrap().1, path);
+
+        let mut bytes = fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        fs::write(&path, &bytes).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("checksum mismatch") && e.contains(".snap"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn temporaries_are_cleaned_only_on_request() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("0000000000000001.snap.tmp"), b"half").unwrap();
+        assert!(latest(d.path()).unwrap().is_none());
+        assert!(d.path().join("0000000000000001.snap.tmp").exists());
+        remove_temporaries(d.path()).unwrap();
+        assert!(!d.path().join("0000000000000001.snap.tmp").exists());
+    }
+}

@@ -21,8 +21,6 @@ pub enum ApiError {
     Stopped,
     #[error("etcdserver: member not found")]
     MemberNotFound,
-    #[error("etcdserver: requested lease not found")]
-    LeaseNotFound,
     #[error("etcdserver: lease already exists")]
     LeaseExists,
     #[error("etcdserver: too large lease TTL")]
