@@ -1,14 +1,19 @@
-//! Execution of write requests against an in-memory overlay of the committed trees.
+//! Execution of write requests: history records and leases go to an in-memory overlay
+//! of the committed trees, the key index is changed in place.
 //!
 //! sled transactions cannot iterate, so a batch first runs every request against
 //! [`Batch`] (committed trees + overlay of pending changes) and then writes the
 //! overlay in one sled transaction. The applier is single-threaded, so the committed
-//! trees cannot change underneath a batch.
+//! trees cannot change underneath a batch. Every change is logged for undo: a failed
+//! request rolls back to its start, a failed commit rolls back the whole batch (the key
+//! index included, see [`super::mem_index`] for why in-place changes are safe for readers).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
-use super::index::{KeyIndex, Record, Revision};
+use super::index::{Found, KeyIndex, Query, Record, Revision};
+use super::mem_index::MemIndex;
 use super::view::{live_kvs, range_at, Committed, KeyRange, View};
 use super::{MvccError, WriteRequest, WriteResponse};
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
@@ -30,7 +35,10 @@ fn header(revision: i64) -> Option<ResponseHeader> {
 }
 
 enum Undo {
-    Idx(Vec<u8>, Option<Option<KeyIndex>>),
+    /// A put or tombstone appended to the key's index.
+    IdxPush(Vec<u8>),
+    /// The key's whole index replaced (compaction); holds the old one.
+    IdxReplace(Vec<u8>, Option<KeyIndex>),
     Rev(Revision, Option<Option<Vec<u8>>>),
     Lease(i64, Option<Option<i64>>),
 }
@@ -65,25 +73,23 @@ impl Ctx {
 
 pub(crate) struct Batch<'a> {
     committed: Committed<'a>,
-    /// `None` = key index removed.
-    idx: BTreeMap<Vec<u8>, Option<KeyIndex>>,
     /// Encoded records; `None` = removed by compaction.
     rev: BTreeMap<Revision, Option<Vec<u8>>>,
     /// Lease id -> granted TTL; `None` = revoked.
     leases: BTreeMap<i64, Option<i64>>,
     leases_tree: &'a sled::Tree,
-    /// Previous overlay entries, to roll back a failed request.
+    /// Every change of the batch, oldest first, to roll back a failed request or commit.
     undo: Vec<Undo>,
     pub cur: i64,
     pub compacted: i64,
+    /// The store's published compacted revision. A compaction raises it before changing
+    /// the key index in place, so a reader that misses compacted revisions notices.
+    published_compacted: &'a AtomicI64,
 }
 
 impl View for Batch<'_> {
-    fn index(&self, key: &[u8]) -> Result<Option<KeyIndex>, MvccError> {
-        match self.idx.get(key) {
-            Some(v) => Ok(v.clone()),
-            None => self.committed.index(key),
-        }
+    fn find(&self, key: &[u8], q: Query) -> Result<Option<Found>, MvccError> {
+        self.committed.find(key, q)
     }
 
     fn scan(
@@ -91,52 +97,7 @@ impl View for Batch<'_> {
         kr: &KeyRange,
         f: &mut dyn FnMut(&[u8], &KeyIndex) -> bool,
     ) -> Result<(), MvccError> {
-        match kr {
-            KeyRange::Empty => return Ok(()),
-            KeyRange::Single(k) => {
-                if let Some(ki) = self.index(k)? {
-                    f(k, &ki);
-                }
-                return Ok(());
-            }
-            _ => {}
-        }
-        let mut base = self.committed.idx.range::<&[u8], _>(kr.bounds()).peekable();
-        let mut over = self.idx.range::<[u8], _>(kr.bounds()).peekable();
-        loop {
-            let base_key = match base.peek() {
-                Some(Ok((k, _))) => Some(k.clone()),
-                Some(Err(_)) => {
-                    let e = base.next().and_then(|r| r.err()).expect("peeked an error");
-                    return Err(e.into());
-                }
-                None => None,
-            };
-            let order = match (&base_key, over.peek()) {
-                (None, None) => return Ok(()),
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some(b), Some((o, _))) => b.as_ref().cmp(o.as_slice()),
-            };
-            let go_on = match order {
-                Ordering::Less => {
-                    let (k, v) = base.next().expect("peeked").expect("peeked ok");
-                    f(&k, &KeyIndex::decode(&v)?)
-                }
-                Ordering::Equal | Ordering::Greater => {
-                    if order == Ordering::Equal {
-                        base.next();
-                    }
-                    match over.next().expect("peeked") {
-                        (k, Some(ki)) => f(k, ki),
-                        (_, None) => true,
-                    }
-                }
-            };
-            if !go_on {
-                return Ok(());
-            }
-        }
+        self.committed.scan(kr, f)
     }
 
     fn record(&self, rev: Revision) -> Result<Option<Record>, MvccError> {
@@ -150,45 +111,39 @@ impl View for Batch<'_> {
 
 /// The overlay as tree writes, ready for the sled transaction.
 pub(crate) struct Writes {
-    pub idx: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     pub rev: Vec<([u8; 16], Option<Vec<u8>>)>,
     pub lease: Vec<([u8; 8], Option<Vec<u8>>)>,
 }
 
 impl<'a> Batch<'a> {
     pub fn new(
-        idx: &'a sled::Tree,
+        idx: &'a MemIndex,
         rev: &'a sled::Tree,
         leases_tree: &'a sled::Tree,
         cur: i64,
-        compacted: i64,
+        published_compacted: &'a AtomicI64,
     ) -> Self {
+        let compacted = published_compacted.load(AtomicOrdering::SeqCst);
         Batch {
             committed: Committed { idx, rev },
-            idx: BTreeMap::new(),
             rev: BTreeMap::new(),
             leases: BTreeMap::new(),
             leases_tree,
             undo: Vec::new(),
             cur,
             compacted,
+            published_compacted,
         }
     }
 
-    pub fn into_writes(self) -> Writes {
+    /// Takes the overlay as tree writes. The undo log stays, for [`Self::rollback`].
+    pub fn take_writes(&mut self) -> Writes {
         Writes {
-            idx: self
-                .idx
-                .into_iter()
-                .map(|(k, v)| (k, v.map(|ki| ki.encode())))
-                .collect(),
-            rev: self
-                .rev
+            rev: std::mem::take(&mut self.rev)
                 .into_iter()
                 .map(|(r, v)| (r.to_bytes(), v))
                 .collect(),
-            lease: self
-                .leases
+            lease: std::mem::take(&mut self.leases)
                 .into_iter()
                 .map(|(id, ttl)| (id.to_be_bytes(), ttl.map(|t| t.to_be_bytes().to_vec())))
                 .collect(),
@@ -208,9 +163,14 @@ impl<'a> Batch<'a> {
         self.undo.push(Undo::Lease(id, old));
     }
 
-    fn set_idx(&mut self, key: &[u8], ki: Option<KeyIndex>) {
-        let old = self.idx.insert(key.to_vec(), ki);
-        self.undo.push(Undo::Idx(key.to_vec(), old));
+    fn push_idx(&mut self, key: &[u8], rev: Revision, tombstone: bool) {
+        self.committed.idx.push(key, rev, tombstone);
+        self.undo.push(Undo::IdxPush(key.to_vec()));
+    }
+
+    fn replace_idx(&mut self, key: &[u8], ki: Option<KeyIndex>) {
+        let old = self.committed.idx.replace(key, ki);
+        self.undo.push(Undo::IdxReplace(key.to_vec(), old));
     }
 
     fn set_rev(&mut self, rev: Revision, rec: Option<&Record>) {
@@ -218,39 +178,51 @@ impl<'a> Batch<'a> {
         self.undo.push(Undo::Rev(rev, old));
     }
 
-    /// Applies one request; on error the overlay and counters are as before the call.
+    /// Applies one request; on error the overlay, index and counters are as before the
+    /// call.
     pub fn apply_one(&mut self, req: &WriteRequest) -> Result<WriteResponse, MvccError> {
         let (cur, compacted) = (self.cur, self.compacted);
-        self.undo.clear();
+        let mark = self.undo.len();
         let res = self.dispatch(req);
         if res.is_err() {
-            while let Some(u) = self.undo.pop() {
-                match u {
-                    Undo::Idx(k, Some(v)) => {
-                        self.idx.insert(k, v);
-                    }
-                    Undo::Idx(k, None) => {
-                        self.idx.remove(&k);
-                    }
-                    Undo::Rev(r, Some(v)) => {
-                        self.rev.insert(r, v);
-                    }
-                    Undo::Rev(r, None) => {
-                        self.rev.remove(&r);
-                    }
-                    Undo::Lease(id, Some(v)) => {
-                        self.leases.insert(id, v);
-                    }
-                    Undo::Lease(id, None) => {
-                        self.leases.remove(&id);
-                    }
-                }
-            }
+            self.rollback_to(mark);
             self.cur = cur;
             self.compacted = compacted;
+            self.published_compacted
+                .store(compacted, AtomicOrdering::SeqCst);
         }
-        self.undo.clear();
         res
+    }
+
+    /// Undoes every change of the batch, including the published compacted revision, to
+    /// `compacted_before` (the batch's starting point).
+    pub fn rollback(&mut self, compacted_before: i64) {
+        self.rollback_to(0);
+        self.published_compacted
+            .store(compacted_before, AtomicOrdering::SeqCst);
+    }
+
+    fn rollback_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            match self.undo.pop().expect("len > mark") {
+                Undo::IdxPush(k) => self.committed.idx.unpush(&k),
+                Undo::IdxReplace(k, old) => {
+                    self.committed.idx.replace(&k, old);
+                }
+                Undo::Rev(r, Some(v)) => {
+                    self.rev.insert(r, v);
+                }
+                Undo::Rev(r, None) => {
+                    self.rev.remove(&r);
+                }
+                Undo::Lease(id, Some(v)) => {
+                    self.leases.insert(id, v);
+                }
+                Undo::Lease(id, None) => {
+                    self.leases.remove(&id);
+                }
+            }
+        }
     }
 
     fn dispatch(&mut self, req: &WriteRequest) -> Result<WriteResponse, MvccError> {
@@ -328,7 +300,7 @@ impl<'a> Batch<'a> {
 
     /// The key's current value, if it is live.
     fn live(&self, key: &[u8]) -> Result<Option<KeyValue>, MvccError> {
-        let Some(found) = self.index(key)?.and_then(|ki| ki.latest()) else {
+        let Some(found) = self.find(key, Query::Latest)? else {
             return Ok(None);
         };
         if found.tombstone {
@@ -363,9 +335,7 @@ impl<'a> Batch<'a> {
                 _ => req.lease,
             },
         };
-        let mut ki = self.index(&req.key)?.unwrap_or_default();
-        ki.put(rev);
-        self.set_idx(&req.key, Some(ki));
+        self.push_idx(&req.key, rev, false);
         self.set_rev(
             rev,
             Some(&Record {
@@ -389,23 +359,22 @@ impl<'a> Batch<'a> {
         let mut victims = Vec::new();
         self.scan(&kr, &mut |k, ki| {
             if ki.is_live() {
-                victims.push((k.to_vec(), ki.clone()));
+                victims.push(k.to_vec());
             }
             true
         })?;
         let mut prev_kvs = Vec::new();
         if req.prev_kv {
-            for (k, _) in &victims {
+            for k in &victims {
                 if let Some(kv) = self.live(k)? {
                     prev_kvs.push(kv);
                 }
             }
         }
         let deleted = victims.len() as i64;
-        for (k, mut ki) in victims {
+        for k in victims {
             let rev = ctx.next();
-            ki.tombstone(rev);
-            self.set_idx(&k, Some(ki));
+            self.push_idx(&k, rev, true);
             self.set_rev(
                 rev,
                 Some(&Record {
@@ -433,6 +402,7 @@ impl<'a> Batch<'a> {
         if at > self.cur {
             return Err(MvccError::FutureRev);
         }
+        self.published_compacted.store(at, AtomicOrdering::SeqCst);
         let mut all = Vec::new();
         self.scan(&KeyRange::From(Vec::new()), &mut |k, ki| {
             all.push((k.to_vec(), ki.clone()));
@@ -443,7 +413,7 @@ impl<'a> Batch<'a> {
             if removed.is_empty() {
                 continue;
             }
-            self.set_idx(&k, rest);
+            self.replace_idx(&k, rest);
             for r in removed {
                 self.set_rev(r, None);
             }

@@ -1,14 +1,13 @@
 //! Revisions, the per-key revision index and the history record encoding.
 
 use prost::Message;
-use serde::{Deserialize, Serialize};
 
 use super::MvccError;
 use crate::proto::mvccpb::KeyValue;
 
 /// A point in the history: `main` is bumped once per write request, `sub` numbers the
 /// changes within that request from 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Revision {
     /// The store revision (`mod_revision` of the written key).
     pub main: i64,
@@ -47,7 +46,7 @@ impl Revision {
 
 /// One life of a key: from its creation up to (if `closed`) its deletion. When `closed`,
 /// the last revision is the tombstone.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Generation {
     revs: Vec<Revision>,
     closed: bool,
@@ -58,7 +57,7 @@ struct Generation {
 ///
 /// Invariants: no generation is empty; only the last generation may be open; revisions
 /// strictly increase across the whole index.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KeyIndex {
     gens: Vec<Generation>,
 }
@@ -70,13 +69,21 @@ pub(crate) struct Found {
     pub tombstone: bool,
 }
 
-impl KeyIndex {
-    pub fn decode(b: &[u8]) -> Result<Self, MvccError> {
-        Ok(bincode::deserialize(b)?)
-    }
+/// A question about one key's revisions, answered by [`KeyIndex::query`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Query {
+    /// [`KeyIndex::latest`].
+    Latest,
+    /// [`KeyIndex::before`].
+    Before(Revision),
+}
 
-    pub fn encode(&self) -> Vec<u8> {
-        bincode::serialize(self).expect("key index serialization cannot fail")
+impl KeyIndex {
+    pub fn query(&self, q: Query) -> Option<Found> {
+        match q {
+            Query::Latest => self.latest(),
+            Query::Before(rev) => self.before(rev),
+        }
     }
 
     /// The last revision satisfying `pred`, which must hold for a prefix of the revisions.
@@ -133,6 +140,39 @@ impl KeyIndex {
         debug_assert!(g.revs.last().is_none_or(|r| *r < rev));
         g.revs.push(rev);
         g.closed = true;
+    }
+
+    /// Undoes the last [`Self::put`] or [`Self::tombstone`]. Returns whether the index is
+    /// now empty.
+    pub fn unpush(&mut self) -> bool {
+        if let Some(g) = self.gens.last_mut() {
+            g.revs.pop();
+            if g.closed {
+                // A tombstone always closes a generation that already had a put.
+                g.closed = false;
+            }
+            if g.revs.is_empty() {
+                self.gens.pop();
+            }
+        }
+        self.gens.is_empty()
+    }
+
+    /// Adds a revision read back from the history, in revision order. Unlike
+    /// [`Self::tombstone`] it tolerates a tombstone with no open generation (it starts a
+    /// closed one), so a damaged history still loads.
+    pub fn restore(&mut self, rev: Revision, tombstone: bool) {
+        match (tombstone, self.gens.last_mut()) {
+            (false, _) => self.put(rev),
+            (true, Some(g)) if !g.closed => {
+                g.revs.push(rev);
+                g.closed = true;
+            }
+            (true, _) => self.gens.push(Generation {
+                revs: vec![rev],
+                closed: true,
+            }),
+        }
     }
 
     /// Compaction at `at` (etcd's `keyIndex.compact`): keeps the newest revision with

@@ -1,18 +1,20 @@
 //! Multi-version key-value storage with etcd 3.4 semantics, on sled.
 //!
 //! # Layout
-//! Four sled trees, all changed by one sled transaction per applied batch:
+//! Three sled trees, all changed by one sled transaction per applied batch:
 //! - [`REV_TREE`]: the history. Key = main revision (8 bytes BE) ++ sub revision (8 bytes
 //!   BE); value = one tombstone flag byte ++ prost-encoded `KeyValue`. Tombstones hold only
 //!   `key` and `mod_revision`.
-//! - [`IDX_TREE`]: user key -> bincode-encoded key index (generations of revisions, like
-//!   etcd's `keyIndex`), so "the key's revision visible at R" needs no history scan.
 //! - [`LEASE_TREE`]: lease id (8 bytes BE) -> granted TTL in seconds (8 bytes BE). Which keys
 //!   a lease holds is not stored separately: it is the set of live keys whose current
 //!   `KeyValue.lease` is the id, so attaching (put), detaching (put without the lease,
 //!   delete) and revoking cannot disagree with the data.
 //! - [`META_TREE`]: the current and compacted revision under keys starting with
 //!   [`RESERVED_META_PREFIX`], plus whatever the caller passes to [`MvccStore::apply`].
+//!
+//! Beside them, in memory only, the key index (user key -> generations of revisions, like
+//! etcd's `keyIndex`), so "the key's revision visible at R" needs no history scan. It is
+//! rebuilt from the history on open and on snapshot load (see [`mem_index`]).
 //!
 //! # Invariants
 //! - Every live key's `lease` is 0 or names a lease in [`LEASE_TREE`]: a put naming a
@@ -36,6 +38,7 @@ mod check;
 mod error;
 mod gosort;
 mod index;
+mod mem_index;
 mod view;
 
 #[cfg(test)]
@@ -54,7 +57,8 @@ pub use error::MvccError;
 pub use index::Revision;
 
 use apply::Batch;
-use index::Record;
+use index::{Query, Record};
+use mem_index::MemIndex;
 use view::{range_at, Committed, KeyRange, View};
 
 use crate::proto::etcdserverpb::{
@@ -66,8 +70,9 @@ use crate::proto::mvccpb::{event::EventType, Event, KeyValue};
 
 /// sled tree holding the history by revision.
 pub const REV_TREE: &str = "mvcc_rev";
-/// sled tree holding the key index.
-pub const IDX_TREE: &str = "mvcc_idx";
+/// sled tree that held a persisted key index in earlier versions; dropped on open and
+/// skipped in old snapshots.
+const LEGACY_IDX_TREE: &str = "mvcc_idx";
 /// sled tree holding leases.
 pub const LEASE_TREE: &str = "mvcc_lease";
 /// sled tree holding MVCC metadata and the caller's metadata.
@@ -118,7 +123,7 @@ pub struct Events {
 struct Inner {
     db: sled::Db,
     rev: sled::Tree,
-    idx: sled::Tree,
+    idx: MemIndex,
     meta: sled::Tree,
     lease: sled::Tree,
     current: AtomicI64,
@@ -142,10 +147,17 @@ fn decode_i64(v: &[u8]) -> Result<i64, MvccError> {
 impl MvccStore {
     /// Opens (or creates) the MVCC trees in `db`.
     pub fn open(db: &sled::Db) -> Result<Self, MvccError> {
+        if db
+            .tree_names()
+            .iter()
+            .any(|n| n == LEGACY_IDX_TREE.as_bytes())
+        {
+            db.drop_tree(LEGACY_IDX_TREE)?;
+        }
         let inner = Inner {
             db: db.clone(),
             rev: db.open_tree(REV_TREE)?,
-            idx: db.open_tree(IDX_TREE)?,
+            idx: MemIndex::default(),
             meta: db.open_tree(META_TREE)?,
             lease: db.open_tree(LEASE_TREE)?,
             current: AtomicI64::new(1),
@@ -155,6 +167,7 @@ impl MvccStore {
         let store = MvccStore {
             inner: Arc::new(inner),
         };
+        store.inner.idx.rebuild(&store.inner.rev)?;
         store.reload_counters()?;
         Ok(store)
     }
@@ -230,40 +243,37 @@ impl MvccStore {
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old_cur = self.current_revision();
         let old_compacted = self.compacted_revision();
-        let mut batch = Batch::new(&i.idx, &i.rev, &i.lease, old_cur, old_compacted);
+        let mut batch = Batch::new(&i.idx, &i.rev, &i.lease, old_cur, &i.compacted);
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
             match batch.apply_one(r) {
-                Err(MvccError::Storage(e)) => return Err(MvccError::Storage(e)),
+                Err(MvccError::Storage(e)) => {
+                    batch.rollback(old_compacted);
+                    return Err(MvccError::Storage(e));
+                }
                 res => out.push(res),
             }
         }
         let (cur, compacted) = (batch.cur, batch.compacted);
-        let writes = batch.into_writes();
+        let writes = batch.take_writes();
         let mut meta_w = meta.to_vec();
         if cur != old_cur {
             meta_w.push((META_CURRENT.to_vec(), Some(cur.to_be_bytes().to_vec())));
         }
         if compacted != old_compacted {
+            // Already published (by the batch, before it changed the key index), so that
+            // a reader that misses compacted data also sees the new compacted revision
+            // when it re-checks.
             meta_w.push((
                 META_COMPACTED.to_vec(),
                 Some(compacted.to_be_bytes().to_vec()),
             ));
-            // Published before the commit so that a reader that sees compacted data
-            // also sees the new compacted revision when it re-checks.
-            i.compacted.store(compacted, Ordering::SeqCst);
         }
-        let res = (&i.rev, &i.idx, &i.meta, &i.lease).transaction(|(tr, ti, tm, tl)| {
+        let res = (&i.rev, &i.meta, &i.lease).transaction(|(tr, tm, tl)| {
             for (k, v) in &writes.rev {
                 match v {
                     Some(v) => tr.insert(&k[..], &v[..])?,
                     None => tr.remove(&k[..])?,
-                };
-            }
-            for (k, v) in &writes.idx {
-                match v {
-                    Some(v) => ti.insert(&k[..], &v[..])?,
-                    None => ti.remove(&k[..])?,
                 };
             }
             for (k, v) in &meta_w {
@@ -281,7 +291,7 @@ impl MvccStore {
             Ok::<(), ConflictableTransactionError<()>>(())
         });
         if let Err(e) = res {
-            i.compacted.store(old_compacted, Ordering::SeqCst);
+            batch.rollback(old_compacted);
             return Err(match e {
                 TransactionError::Storage(e) => e.into(),
                 TransactionError::Abort(()) => MvccError::Storage("transaction aborted".into()),
@@ -382,7 +392,7 @@ impl MvccStore {
         key: &[u8],
         rev: Revision,
     ) -> Result<Option<KeyValue>, MvccError> {
-        let Some(found) = view.index(key)?.and_then(|ki| ki.before(rev)) else {
+        let Some(found) = view.find(key, Query::Before(rev))? else {
             return Ok(None);
         };
         if found.tombstone {
@@ -397,7 +407,6 @@ impl MvccStore {
         let i = &self.inner;
         [
             (REV_TREE, &i.rev),
-            (IDX_TREE, &i.idx),
             (META_TREE, &i.meta),
             (LEASE_TREE, &i.lease),
         ]
@@ -421,19 +430,19 @@ impl MvccStore {
         let i = &self.inner;
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
         i.rev.clear()?;
-        i.idx.clear()?;
         i.meta.clear()?;
         i.lease.clear()?;
         for (tree, k, v) in entries {
             let t = match tree.as_str() {
                 REV_TREE => &i.rev,
-                IDX_TREE => &i.idx,
+                LEGACY_IDX_TREE => continue,
                 META_TREE => &i.meta,
                 LEASE_TREE => &i.lease,
                 other => return Err(MvccError::Storage(format!("unknown tree {other:?}"))),
             };
             t.insert(k, v)?;
         }
+        i.idx.rebuild(&i.rev)?;
         self.reload_counters()
     }
 

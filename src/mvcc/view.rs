@@ -3,7 +3,8 @@
 use std::ops::Bound;
 
 use super::gosort;
-use super::index::{KeyIndex, Record, Revision};
+use super::index::{Found, KeyIndex, Query, Record, Revision};
+use super::mem_index::MemIndex;
 use super::MvccError;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
@@ -57,7 +58,8 @@ impl KeyRange {
 
 /// A consistent source of key indexes and history records.
 pub(crate) trait View {
-    fn index(&self, key: &[u8]) -> Result<Option<KeyIndex>, MvccError>;
+    /// Answers `q` about `key`'s revisions (`None`: the key has none that qualify).
+    fn find(&self, key: &[u8], q: Query) -> Result<Option<Found>, MvccError>;
     /// Visits the key indexes in `kr` in key order until `f` returns false.
     fn scan(
         &self,
@@ -67,16 +69,17 @@ pub(crate) trait View {
     fn record(&self, rev: Revision) -> Result<Option<Record>, MvccError>;
 }
 
-/// The committed trees, read without locks. Callers bound every lookup by a revision
-/// they know is fully committed, so concurrent applies only add invisible entries.
+/// The committed state: the in-memory index and the history tree, read without the apply
+/// lock. Callers bound every lookup by a revision they know is fully committed, so a
+/// concurrent apply only adds entries they cannot see.
 pub(crate) struct Committed<'a> {
-    pub idx: &'a sled::Tree,
+    pub idx: &'a MemIndex,
     pub rev: &'a sled::Tree,
 }
 
 impl View for Committed<'_> {
-    fn index(&self, key: &[u8]) -> Result<Option<KeyIndex>, MvccError> {
-        self.idx.get(key)?.map(|v| KeyIndex::decode(&v)).transpose()
+    fn find(&self, key: &[u8], q: Query) -> Result<Option<Found>, MvccError> {
+        Ok(self.idx.find(key, q))
     }
 
     fn scan(
@@ -84,21 +87,7 @@ impl View for Committed<'_> {
         kr: &KeyRange,
         f: &mut dyn FnMut(&[u8], &KeyIndex) -> bool,
     ) -> Result<(), MvccError> {
-        if let KeyRange::Single(k) = kr {
-            if let Some(ki) = self.index(k)? {
-                f(k, &ki);
-            }
-            return Ok(());
-        }
-        if *kr == KeyRange::Empty {
-            return Ok(());
-        }
-        for item in self.idx.range::<&[u8], _>(kr.bounds()) {
-            let (k, v) = item?;
-            if !f(&k, &KeyIndex::decode(&v)?) {
-                break;
-            }
-        }
+        self.idx.scan(kr, f);
         Ok(())
     }
 

@@ -1,0 +1,120 @@
+//! The in-memory key index, etcd's `treeIndex`: user key -> [`KeyIndex`].
+//!
+//! It is not persisted: [`MemIndex::rebuild`] derives it from the history tree when the
+//! store opens or loads a snapshot, as etcd rebuilds its tree index from the backend. A
+//! persisted index would cost a rewrite of the key's whole revision list on every put, so
+//! a hot key would make each write O(its history).
+//!
+//! # Invariants
+//! - Only the single applier mutates the index, in place, before its batch commits. That
+//!   is safe for concurrent readers because they read at a revision `<= current`, and
+//!   mutations only append revisions newer than `current` or (compaction) drop revisions
+//!   below the compacted revision, which is published before the mutation.
+//! - Callbacks passed to [`MemIndex::scan`] run under the read lock and must not call
+//!   back into the index.
+
+use std::collections::BTreeMap;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::index::{Found, KeyIndex, Query, Record, Revision};
+use super::view::KeyRange;
+use super::MvccError;
+
+#[derive(Default)]
+pub(crate) struct MemIndex {
+    map: RwLock<BTreeMap<Vec<u8>, KeyIndex>>,
+}
+
+impl MemIndex {
+    // A panicking reader cannot leave the map half-changed; a panicking applier takes the
+    // process down with it. So poisoning carries no information here.
+    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<Vec<u8>, KeyIndex>> {
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<Vec<u8>, KeyIndex>> {
+        self.map.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the whole index with one derived from the history tree `rev`.
+    pub fn rebuild(&self, rev: &sled::Tree) -> Result<(), MvccError> {
+        let mut map: BTreeMap<Vec<u8>, KeyIndex> = BTreeMap::new();
+        for item in rev.iter() {
+            let (k, v) = item?;
+            let r = Revision::from_bytes(&k)?;
+            let rec = Record::decode(&v)?;
+            map.entry(rec.kv.key).or_default().restore(r, rec.tombstone);
+        }
+        *self.write() = map;
+        Ok(())
+    }
+
+    /// Answers `q` about `key` without copying its revisions.
+    pub fn find(&self, key: &[u8], q: Query) -> Option<Found> {
+        self.read().get(key).and_then(|ki| ki.query(q))
+    }
+
+    /// A copy of `key`'s index.
+    #[cfg(test)]
+    pub fn get_cloned(&self, key: &[u8]) -> Option<KeyIndex> {
+        self.read().get(key).cloned()
+    }
+
+    /// Visits the indexes of the keys in `kr`, in key order, until `f` returns false.
+    pub fn scan(&self, kr: &KeyRange, f: &mut dyn FnMut(&[u8], &KeyIndex) -> bool) {
+        let map = self.read();
+        match kr {
+            KeyRange::Empty => {}
+            KeyRange::Single(k) => {
+                if let Some(ki) = map.get(k) {
+                    f(k, ki);
+                }
+            }
+            _ => {
+                for (k, ki) in map.range::<[u8], _>(kr.bounds()) {
+                    if !f(k, ki) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records a put (or, with `tombstone`, a delete) of `key` at `rev`.
+    pub fn push(&self, key: &[u8], rev: Revision, tombstone: bool) {
+        let mut map = self.write();
+        if tombstone {
+            map.get_mut(key)
+                .expect("tombstone of a key without index")
+                .tombstone(rev);
+        } else {
+            match map.get_mut(key) {
+                Some(ki) => ki.put(rev),
+                None => {
+                    let mut ki = KeyIndex::default();
+                    ki.put(rev);
+                    map.insert(key.to_vec(), ki);
+                }
+            }
+        }
+    }
+
+    /// Undoes the last [`Self::push`] on `key`.
+    pub fn unpush(&self, key: &[u8]) {
+        let mut map = self.write();
+        if let Some(ki) = map.get_mut(key) {
+            if ki.unpush() {
+                map.remove(key);
+            }
+        }
+    }
+
+    /// Sets `key`'s index (`None` removes it) and returns the previous one.
+    pub fn replace(&self, key: &[u8], ki: Option<KeyIndex>) -> Option<KeyIndex> {
+        let mut map = self.write();
+        match ki {
+            Some(ki) => map.insert(key.to_vec(), ki),
+            None => map.remove(key),
+        }
+    }
+}
