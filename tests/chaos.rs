@@ -142,6 +142,9 @@ async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats 
         watch_report.events,
         watch_report.problems.len()
     );
+    if !report.is_ok() || !watch_report.problems.is_empty() {
+        dump(seed, &ops, &all_watches);
+    }
     assert!(
         acked_writes > 50,
         "too few writes acknowledged to mean anything"
@@ -153,6 +156,41 @@ async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats 
         watch_report.problems.join("\n")
     );
     stats
+}
+
+/// Writes a failing run's history and watch streams to the temp dir for inspection.
+fn dump(
+    seed: u64,
+    ops: &[kvd::linearizability::Operation],
+    watches: &[kvd::linearizability::watch::WatchHistory],
+) {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let mut sorted: Vec<_> = ops.iter().collect();
+    sorted.sort_by_key(|o| o.call);
+    for o in sorted {
+        let _ = writeln!(s, "{} {o}", String::from_utf8_lossy(&o.key));
+    }
+    for w in watches {
+        let _ = writeln!(s, "== {} (through {})", w.name, w.complete_through);
+        for e in &w.events {
+            let _ = writeln!(
+                s,
+                "{} {} {:?} {:?} prev {:?}",
+                e.mod_revision,
+                String::from_utf8_lossy(&e.key),
+                e.kind,
+                String::from_utf8_lossy(&e.value),
+                e.prev
+            );
+        }
+    }
+    let path = std::env::temp_dir().join(format!("kvd-chaos-{seed}.txt"));
+    std::fs::write(&path, s).unwrap();
+    eprintln!(
+        "chaos: history and watch streams written to {}",
+        path.display()
+    );
 }
 
 fn seed() -> u64 {

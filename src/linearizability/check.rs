@@ -386,7 +386,7 @@ fn linearizable(ops: &[Operation], deadline: Instant) -> Option<bool> {
             return Some(true);
         }
         iterations += 1;
-        if iterations % 4096 == 0 && Instant::now() > deadline {
+        if iterations.is_multiple_of(4096) && Instant::now() > deadline {
             return None;
         }
         if entry == NONE || !ev.node[entry].1 {
