@@ -275,7 +275,12 @@ pub async fn watch_loop(
         let name = format!("watcher {id} session {session} on {url} from {next}");
         let h = watch_session(url, name, next, Duration::from_secs(4), stop.clone()).await;
         next = next.max(h.complete_through + 1);
-        out.lock().unwrap().push(h);
+        if h.events.is_empty() {
+            // Member down or nothing written: do not spin.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        } else {
+            out.lock().unwrap().push(h);
+        }
         session += 1;
     }
 }
