@@ -186,7 +186,12 @@ impl ProxiedCluster {
     /// Starts `n` members (with `extra` flags each) and waits for a leader.
     pub async fn start(n: usize, extra: &[&str]) -> ProxiedCluster {
         let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
+            // KVD_KEEP_DIRS keeps data dirs and member logs for post-mortems.
+            dir: tempfile::Builder::new()
+                .prefix("kvd-chaos-")
+                .disable_cleanup(std::env::var_os("KVD_KEEP_DIRS").is_some())
+                .tempdir()
+                .unwrap(),
             members: Vec::new(),
             initial_cluster: String::new(),
             use_env: false,
