@@ -36,20 +36,49 @@ use crate::proto::kvdpb::{RaftBlob, SnapshotChunk};
 pub const MAX_PEER_MESSAGE: usize = 64 << 20;
 const SNAPSHOT_CHUNK: usize = 4 << 20;
 
+/// Fault testing only: `peerURL=dialURL,...`. This member dials `dialURL` whenever it would
+/// dial `peerURL`, so a test can put a fault-injecting proxy on each member-to-member link
+/// (peer URLs live in the replicated membership and are the same on every member).
+pub const PEER_DIAL_OVERRIDE_ENV: &str = "KVD_TEST_PEER_DIAL_OVERRIDE";
+
 /// Shared cache of channels, keyed by peer URL.
 #[derive(Clone, Default)]
 pub struct Channels {
     inner: Arc<Mutex<HashMap<String, Channel>>>,
+    dial_override: Arc<HashMap<String, String>>,
 }
 
 impl Channels {
+    /// Channels that honour [`PEER_DIAL_OVERRIDE_ENV`] if it is set.
+    pub fn from_env() -> Result<Channels, String> {
+        let Ok(spec) = std::env::var(PEER_DIAL_OVERRIDE_ENV) else {
+            return Ok(Channels::default());
+        };
+        let mut m = HashMap::new();
+        for pair in spec.split(',').filter(|p| !p.is_empty()) {
+            let (from, to) = pair.split_once('=').ok_or_else(|| {
+                format!("{PEER_DIAL_OVERRIDE_ENV}: expected peerURL=dialURL, got {pair:?}")
+            })?;
+            m.insert(from.to_string(), to.to_string());
+        }
+        tracing::warn!(
+            overrides = m.len(),
+            "{PEER_DIAL_OVERRIDE_ENV} set: peer dials redirected (fault testing only)"
+        );
+        Ok(Channels {
+            dial_override: Arc::new(m),
+            ..Default::default()
+        })
+    }
+
     /// A (lazily connecting) channel to `url`, reused across calls.
     pub fn get(&self, url: &str) -> Result<Channel, tonic::transport::Error> {
         let mut m = self.inner.lock().unwrap();
         if let Some(c) = m.get(url) {
             return Ok(c.clone());
         }
-        let ch = Endpoint::from_shared(url.to_string())?
+        let dial = self.dial_override.get(url).map_or(url, |s| s.as_str());
+        let ch = Endpoint::from_shared(dial.to_string())?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))

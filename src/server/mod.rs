@@ -68,7 +68,7 @@ pub enum ServerError {
 pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     let member_dir = cfg.data_dir.join("member");
     std::fs::create_dir_all(&member_dir)?;
-    let channels = Channels::default();
+    let channels = Channels::from_env().map_err(ServerError::Raft)?;
     let (ident, fresh) = identity::load_or_create(&cfg, &member_dir, &channels).await?;
     tracing::info!(
         name = %cfg.name,

@@ -13,6 +13,8 @@ use kvd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use kvd::proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
 use tonic::transport::Channel;
 
+pub mod faults;
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -112,6 +114,11 @@ impl Cluster {
     }
 
     pub fn spawn(&mut self, i: usize) {
+        self.spawn_env(i, &[]);
+    }
+
+    /// Like `spawn`, with extra environment variables for the member's process.
+    pub fn spawn_env(&mut self, i: usize, env: &[(String, String)]) {
         let m = &self.members[i];
         let args: Vec<(&str, String)> = vec![
             ("name", m.name.clone()),
@@ -145,6 +152,7 @@ impl Cluster {
         }
         cmd.args(&self.extra_args);
         cmd.args(&m.extra_args);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd.env("KVD_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

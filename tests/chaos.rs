@@ -1,0 +1,369 @@
+//! Chaos tests: clients run put/get/delete/compare-and-set through every member while a seeded
+//! random schedule kills (-9), pauses, partitions and slows members; then the recorded history
+//! is checked for linearizability, watch streams for order/gaps/prev_kv, and every member's
+//! full watch history for every acknowledged write. Every run prints its seed;
+//! `KVD_CHAOS_SEED=N` replays a schedule, `KVD_CHAOS_SECS=N` sets the fault phase's length.
+//! See docs/testing.md.
+
+mod common;
+#[path = "chaos/schedule.rs"]
+mod schedule;
+#[path = "chaos/workload.rs"]
+mod workload;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::faults::ProxiedCluster;
+use kvd::linearizability::watch::check_watches;
+use kvd::linearizability::{check_history, CheckOptions, Input, Outcome, Output, Recorder};
+use kvd::proto::etcdserverpb::kv_client::KvClient;
+use kvd::proto::etcdserverpb::RangeRequest;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use workload::{client_loop, lazy_channel, run_op, watch_loop, watch_session, PREFIX};
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number"))
+    })
+}
+
+/// Summary of one chaos run.
+#[derive(Debug, Default)]
+struct RunStats {
+    operations: usize,
+    unknown: usize,
+    faults: usize,
+    watch_events: usize,
+}
+
+async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats {
+    eprintln!("chaos: seed {seed} ({secs} s of faults); replay with KVD_CHAOS_SEED={seed}");
+    let mut pc = ProxiedCluster::start(3, &[]).await;
+    let urls: Vec<String> = pc.c.members.iter().map(|m| m.client_url()).collect();
+    let rec = Recorder::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for id in 0..clients {
+        tasks.push(tokio::spawn(client_loop(
+            rec.clone(),
+            id,
+            seed.wrapping_mul(1000).wrapping_add(id),
+            urls.clone(),
+            keys,
+            stop.clone(),
+        )));
+    }
+    let watches = Arc::new(Mutex::new(Vec::new()));
+    let watchers: Vec<_> = (0..2)
+        .map(|id| tokio::spawn(watch_loop(urls.clone(), id, stop.clone(), watches.clone())))
+        .collect();
+
+    let mut rng = StdRng::seed_from_u64(seed);
+    let faults = schedule::run(&mut pc, &mut rng, Duration::from_secs(secs)).await;
+
+    schedule::recover(&mut pc).await;
+    // Let clients see the healed cluster briefly, then stop them.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for w in watchers {
+        w.await.unwrap();
+    }
+
+    // Final linearizable reads of every key on every member: part of the history.
+    for (i, url) in urls.iter().enumerate() {
+        let mut c = KvClient::new(lazy_channel(url));
+        for k in 0..keys {
+            let key = format!("{PREFIX}{k}");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !matches!(
+                run_op(&rec, 1000 + i as u64, &mut c, &key, Input::Get, false).await,
+                Outcome::Ok(_)
+            ) {
+                assert!(Instant::now() < deadline, "member {i} cannot serve a read");
+            }
+        }
+    }
+
+    // Each member's whole history, from revision 1, must hold every acknowledged write.
+    let mut all_watches = watches.lock().unwrap().clone();
+    for (i, url) in urls.iter().enumerate() {
+        let mut c = KvClient::new(lazy_channel(url));
+        let rev = c
+            .range(RangeRequest {
+                key: PREFIX.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .header
+            .unwrap()
+            .revision;
+        let mut h = watch_session(
+            url,
+            format!("final history of m{i} through {rev}"),
+            1,
+            Duration::from_secs(2),
+            Arc::new(AtomicBool::new(false)),
+        )
+        .await;
+        h.complete_through = rev;
+        all_watches.push(h);
+    }
+
+    let ops = rec.operations();
+    let report = check_history(&ops, &CheckOptions::default());
+    let watch_report = check_watches(&ops, &all_watches);
+    let stats = RunStats {
+        operations: ops.len(),
+        unknown: ops.iter().filter(|o| o.outcome == Outcome::Unknown).count(),
+        faults: faults.len(),
+        watch_events: watch_report.events,
+    };
+    let acked_writes = ops
+        .iter()
+        .filter(|o| o.input.is_write() && matches!(o.outcome, Outcome::Ok(_)))
+        .count();
+    eprintln!(
+        "chaos: seed {seed}: {} ops ({acked_writes} acknowledged writes, {} unknown), {} faults: {:?}",
+        stats.operations, stats.unknown, stats.faults, faults
+    );
+    eprintln!("chaos: linearizability: {report}");
+    eprintln!(
+        "chaos: watches: {} streams, {} events, {} problems",
+        watch_report.watches,
+        watch_report.events,
+        watch_report.problems.len()
+    );
+    if !report.is_ok() || !watch_report.problems.is_empty() {
+        dump(seed, &ops, &all_watches);
+    }
+    assert!(
+        acked_writes > 50,
+        "too few writes acknowledged to mean anything"
+    );
+    assert!(report.is_ok(), "seed {seed}: not linearizable:\n{report}");
+    assert!(
+        watch_report.problems.is_empty(),
+        "seed {seed}: watch problems:\n{}",
+        watch_report.problems.join("\n")
+    );
+    stats
+}
+
+/// Writes a failing run's history and watch streams to the temp dir for inspection.
+fn dump(
+    seed: u64,
+    ops: &[kvd::linearizability::Operation],
+    watches: &[kvd::linearizability::watch::WatchHistory],
+) {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let mut sorted: Vec<_> = ops.iter().collect();
+    sorted.sort_by_key(|o| o.call);
+    for o in sorted {
+        let _ = writeln!(s, "{} {o}", String::from_utf8_lossy(&o.key));
+    }
+    for w in watches {
+        let _ = writeln!(s, "== {} (through {})", w.name, w.complete_through);
+        for e in &w.events {
+            let _ = writeln!(
+                s,
+                "{} {} {:?} {:?} prev {:?}",
+                e.mod_revision,
+                String::from_utf8_lossy(&e.key),
+                e.kind,
+                String::from_utf8_lossy(&e.value),
+                e.prev
+            );
+        }
+    }
+    let path = std::env::temp_dir().join(format!("kvd-chaos-{seed}.txt"));
+    std::fs::write(&path, s).unwrap();
+    eprintln!(
+        "chaos: history and watch streams written to {}",
+        path.display()
+    );
+}
+
+fn seed() -> u64 {
+    env_u64("KVD_CHAOS_SEED").unwrap_or_else(rand::random)
+}
+
+/// Part of `cargo test`: about a minute on two cores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_short() {
+    let secs = env_u64("KVD_CHAOS_SECS").unwrap_or(30);
+    chaos_run(seed(), secs, 6, 4).await;
+}
+
+/// The long run: `cargo test --release --test chaos -- --ignored --nocapture`;
+/// `KVD_CHAOS_RUNS` runs of `KVD_CHAOS_SECS` (default 5 x 120 s), seeds printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore]
+async fn chaos_long() {
+    let secs = env_u64("KVD_CHAOS_SECS").unwrap_or(120);
+    let runs = env_u64("KVD_CHAOS_RUNS").unwrap_or(5);
+    let first = seed();
+    let mut total = RunStats::default();
+    for r in 0..runs {
+        let s = chaos_run(first.wrapping_add(r), secs, 8, 6).await;
+        total.operations += s.operations;
+        total.unknown += s.unknown;
+        total.faults += s.faults;
+        total.watch_events += s.watch_events;
+    }
+    eprintln!(
+        "chaos long: {runs} runs from seed {first}: {} operations checked ({} unknown), {} faults, {} watch events, anomalies: 0",
+        total.operations, total.unknown, total.faults, total.watch_events
+    );
+}
+
+/// The suite can fail: serializable reads (no read index) from a leader cut off from the
+/// majority return a value the majority has already overwritten, and the checker says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checker_flags_stale_serializable_read_from_isolated_leader() {
+    let pc = ProxiedCluster::start(3, &[]).await;
+    let old = pc.c.wait_for_leader(Duration::from_secs(20)).await;
+    let rec = Recorder::default();
+    let key = format!("{PREFIX}stale");
+    let mut at_old = KvClient::new(lazy_channel(&pc.c.members[old].client_url()));
+    let other = (old + 1) % 3;
+    let mut at_other = KvClient::new(lazy_channel(&pc.c.members[other].client_url()));
+    let first = run_op(&rec, 0, &mut at_old, &key, put("v1"), false).await;
+    assert!(matches!(first, Outcome::Ok(_)), "{first:?}");
+
+    pc.isolate(old);
+    // The majority elects a new leader and takes the write.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !matches!(
+        run_op(&rec, 1, &mut at_other, &key, put("v2"), false).await,
+        Outcome::Ok(_)
+    ) {
+        assert!(Instant::now() < deadline, "majority never took the write");
+    }
+    let stale = run_op(&rec, 2, &mut at_old, &key, Input::Get, true).await;
+    let Outcome::Ok(Output::Get { kv: Some(kv) }) = &stale else {
+        panic!("serializable read on the old leader: {stale:?}");
+    };
+    assert_eq!(kv.value, b"v1", "the isolated member cannot have v2");
+    // A linearizable read on the isolated member must not return v1 (it fails instead).
+    let lin = run_op(&rec, 3, &mut at_old, &key, Input::Get, false).await;
+    assert!(
+        !matches!(&lin, Outcome::Ok(Output::Get { kv: Some(kv) }) if kv.value == b"v1"),
+        "linearizable read returned the stale value: {lin:?}"
+    );
+    pc.heal();
+
+    let report = check_history(&rec.operations(), &CheckOptions::default());
+    eprintln!("{report}");
+    assert_eq!(report.anomalies.len(), 1, "{report}");
+    let a = &report.anomalies[0];
+    assert_eq!(
+        a.culprit.client, 2,
+        "the serializable read is the culprit: {report}"
+    );
+    assert!(a.kind.contains("stale"), "{report}");
+}
+
+fn put(v: &str) -> Input {
+    Input::Put {
+        value: v.as_bytes().to_vec(),
+    }
+}
+
+/// The held-out scenario: unique keys written through every member while the leader is
+/// paused for seconds, then every member is killed (-9) at once and restarted; every
+/// acknowledged write must be readable, linearizably, on every member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_pause_then_kill_all_loses_no_acknowledged_write() {
+    let seed = seed();
+    eprintln!("held-out scenario: seed {seed}");
+    let mut pc = ProxiedCluster::start(3, &[]).await;
+    let urls: Vec<String> = pc.c.members.iter().map(|m| m.client_url()).collect();
+    let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rec = Recorder::default();
+    let writers: Vec<_> = (0..6u64)
+        .map(|id| {
+            let (urls, acked, stop, rec) = (urls.clone(), acked.clone(), stop.clone(), rec.clone());
+            tokio::spawn(async move {
+                let mut clients: Vec<_> = urls
+                    .iter()
+                    .map(|u| KvClient::new(lazy_channel(u)))
+                    .collect();
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("{PREFIX}u/{id}/{n}");
+                    let value = format!("{seed}-{id}-{n}");
+                    let c = &mut clients[(id as usize + n) % 3];
+                    let out = run_op(&rec, id, c, &key, put(&value), false).await;
+                    if matches!(out, Outcome::Ok(_)) {
+                        acked.lock().unwrap().push((key, value));
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = pc.c.wait_for_leader(Duration::from_secs(10)).await;
+    let before_pause = acked.lock().unwrap().len();
+    pc.pause(leader);
+    eprintln!("paused leader m{leader} after {before_pause} acknowledged writes");
+    // Long enough for an election and for clients stuck on the paused member to time out.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let during = acked.lock().unwrap().len() - before_pause;
+    eprintln!("{during} writes acknowledged while the leader was paused; kill -9 all");
+    for i in 0..3 {
+        pc.kill9(i);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..3 {
+        pc.restart(i);
+    }
+    pc.c.wait_for_leader(Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        during > 0,
+        "the majority took no writes while the leader was paused"
+    );
+    eprintln!(
+        "checking {} acknowledged writes on every member",
+        acked.len()
+    );
+    for (i, url) in urls.iter().enumerate() {
+        let mut c = KvClient::new(lazy_channel(url));
+        for (key, value) in &acked {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let got = loop {
+                match run_op(&rec, 100 + i as u64, &mut c, key, Input::Get, false).await {
+                    Outcome::Ok(Output::Get { kv }) => break kv,
+                    _ => assert!(Instant::now() < deadline, "m{i} cannot serve reads"),
+                }
+            };
+            assert_eq!(
+                got.map(|kv| String::from_utf8(kv.value).unwrap())
+                    .as_deref(),
+                Some(value.as_str()),
+                "m{i} lost acknowledged write {key} (seed {seed})"
+            );
+        }
+    }
+    let report = check_history(&rec.operations(), &CheckOptions::default());
+    assert!(report.is_ok(), "{report}");
+}
