@@ -101,6 +101,13 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         election_timeout_min: cfg.election_timeout.as_millis() as u64,
         election_timeout_max: 2 * cfg.election_timeout.as_millis() as u64,
         enable_pre_vote: Some(true),
+        // A restarted leader must win a new election. openraft's default lets it resume in
+        // its old term, which is unsafe with our log store: the leader replicates entries
+        // before its own fsync (to overlap the two), so after kill -9 it can come back
+        // without entries its followers hold and write different ones at the same
+        // (term, index), which followers take as already present. Found by tests/chaos.rs
+        // (members diverged and acknowledged writes were lost).
+        enable_leader_restore: Some(false),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_count),
         max_in_snapshot_log_to_keep: cfg.snapshot_catchup_entries,
         install_snapshot_timeout: 10_000,
@@ -130,6 +137,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         channels,
         leader_contact: Arc::new(std::sync::Mutex::new(std::time::Instant::now())),
         election_timeout: cfg.election_timeout,
+        reads: Default::default(),
     };
 
     if fresh && cfg.initial_cluster_state == crate::config::ClusterState::New {
