@@ -7,6 +7,7 @@ pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod peer_service;
+pub mod read_batch;
 pub mod snapshot_file;
 pub mod state_machine;
 pub mod types;

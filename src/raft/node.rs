@@ -19,6 +19,7 @@ use prost::Message;
 
 use super::log_store::LogStore;
 use super::network::Channels;
+use super::read_batch::Coalescer;
 use super::state_machine::StateMachine;
 use super::types::{Command, Member, NodeId, Raft};
 use crate::proto::kvdpb::{ForwardRequest, InternalRequest, InternalResponse, ReadIndexRequest};
@@ -49,6 +50,8 @@ pub struct RaftNode {
     /// Last time the leader reached this member (appends and heartbeats), for `has_leader`.
     pub leader_contact: Arc<Mutex<Instant>>,
     pub election_timeout: Duration,
+    /// Shared read-index rounds for linearizable reads.
+    pub reads: Coalescer<u64, ProposeError>,
 }
 
 impl RaftNode {
@@ -235,7 +238,27 @@ impl RaftNode {
     }
 
     /// Blocks until a linearizable read may be served from this member's state machine.
+    /// Concurrent callers share read-index rounds (see [`super::read_batch`]).
     pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let node = self.clone();
+        let index = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            self.reads.get(
+                move || node.clone().read_index_round(),
+                ProposeError::Stopped,
+            ),
+        )
+        .await
+        .map_err(|_| ProposeError::Timeout)??;
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::timeout(left, self.sm.wait_applied(index))
+            .await
+            .map_err(|_| ProposeError::Timeout)
+    }
+
+    /// One read-index round: the leader's commit index, confirmed by a quorum now.
+    async fn read_index_round(self) -> Result<u64, ProposeError> {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         loop {
             let (leader, member) = self.wait_leader(deadline).await?;
@@ -257,12 +280,7 @@ impl RaftNode {
             };
             match index {
                 Err(_) => return Err(ProposeError::Timeout),
-                Ok(Ok(index)) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    return tokio::time::timeout(left, self.sm.wait_applied(index))
-                        .await
-                        .map_err(|_| ProposeError::Timeout);
-                }
+                Ok(Ok(index)) => return Ok(index),
                 Ok(Err(_)) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
