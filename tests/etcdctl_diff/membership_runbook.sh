@@ -137,7 +137,8 @@ out=$(ctl --endpoints="$EPS" member remove "$M3" 2>&1) || fail "remove dead memb
 step "member add --learner m4"
 out=$(ctl --endpoints="$EPS" member add m4 --peer-urls="$NEW_PEER" --learner 2>&1) || fail "learner add: $out"
 echo "$out" >&2
-[[ $out == *" added as learner to cluster "* ]] || fail "unexpected output: $out"
+# etcdctl 3.4 prints "added to cluster" for a learner too; `member list` says it is one.
+[[ $out == "Member "*" added to cluster "* ]] || fail "unexpected output: $out"
 SETTINGS=()
 while IFS= read -r line; do
     [[ $line == ETCD_*=* ]] || continue
@@ -150,6 +151,9 @@ done <<<"$out"
 [[ ${#SETTINGS[@]} -eq 4 ]] || fail "expected 4 ETCD_* lines, got: ${SETTINGS[*]}"
 [[ " ${SETTINGS[*]} " == *" ETCD_INITIAL_CLUSTER_STATE=existing "* ]] || fail "state not existing"
 M4=$(echo "$out" | awk 'NR == 1 { print $2 }')
+
+learner=$(ctl --endpoints="$EPS" member list | awk -F', ' -v id="$M4" '$1 == id { print $6 }')
+[[ $learner == true ]] || fail "m4 is not listed as a learner: '$learner'"
 
 step "start m4 with the printed settings"
 CLIENT[m4]=127.0.0.1:$(free_port)
