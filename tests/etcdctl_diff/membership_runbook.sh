@@ -76,14 +76,17 @@ start() {
     PID[$n]=$!
 }
 
-wait_healthy() {
-    local n=$1
+# wait_up NAME CHECK: until `etcdctl endpoint CHECK` succeeds on NAME (a learner answers
+# `status` but, in etcd, not `health`, which reads a key).
+wait_up() {
+    local n=$1 check=$2
     for _ in $(seq 1 100); do
         kill -0 "${PID[$n]}" 2>/dev/null || fail "$n exited"
-        ctl --endpoints="${CLIENT[$n]}" endpoint health >/dev/null 2>&1 && return 0
+        "$ETCDCTL" --endpoints="${CLIENT[$n]}" --command-timeout=1s endpoint "$check" \
+            >/dev/null 2>&1 && return 0
         sleep 0.2
     done
-    fail "$n not healthy"
+    fail "$n not up ($check)"
 }
 
 # member_id NAME -> hex id from `member list` (simple format: id, status, name, peers, clients, learner)
@@ -106,7 +109,7 @@ for n in m1 m2 m3; do
         ETCD_INITIAL_ADVERTISE_PEER_URLS="${PEER[$n]}" ETCD_INITIAL_CLUSTER_STATE=new \
         ETCD_INITIAL_CLUSTER_TOKEN=runbook
 done
-for n in m1 m2 m3; do wait_healthy "$n"; done
+for n in m1 m2 m3; do wait_up "$n" health; done
 EPS="${CLIENT[m1]},${CLIENT[m2]}"
 ctl --endpoints="$EPS" put before-kill 1 >/dev/null || fail "first put"
 M2=$(member_id m2)
@@ -159,7 +162,7 @@ step "start m4 with the printed settings"
 CLIENT[m4]=127.0.0.1:$(free_port)
 PEER[m4]=$NEW_PEER
 start m4 "${SETTINGS[@]}"
-wait_healthy m4
+wait_up m4 status
 
 step "member promote $M4"
 ok=
