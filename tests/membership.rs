@@ -399,19 +399,31 @@ async fn removed_follower_and_removed_leader_exit() {
 }
 
 /// etcd tracks peer activity on streams that exist between all members whatever their roles, so
-/// a member that has just been elected can already tell which peers have been up for 5 s.
+/// a member that has just been elected can already tell which peers have been up for 5 s, even
+/// peers it never exchanged a Raft message with (here: a promoted learner and the followers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_leader_allows_membership_changes_at_once() {
     let mut c = Cluster::start(3).await;
     let old = c.wait_for_leader(Duration::from_secs(10)).await;
     let old_id = member_id(&c, old).await;
     tokio::time::sleep(SETTLE).await;
+    let n = c.new_member("m3");
+    let resp = add(&c, old, &[c.members[n].peer_url()], true)
+        .await
+        .unwrap();
+    let new_id = resp.member.clone().unwrap().id;
+    c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
+    c.spawn(n);
+    until_allowed("promote", || promote(&c, old, new_id)).await;
+    tokio::time::sleep(SETTLE).await;
+
     c.kill(old);
     let leader = c.wait_for_leader(Duration::from_secs(15)).await;
     let known = Instant::now();
 
-    // Two of three voters are active: adding a learner is allowed, and so is removing the dead
-    // member; neither may wait for the new leader's own links to age 5 s.
+    // Three of four voters are active: adding a learner is allowed (it needs both other
+    // survivors active), and so is removing the dead member; neither may wait for the new
+    // leader's own links to age 5 s.
     let spare = format!("http://127.0.0.1:{}", common::free_port());
     let learner = add(&c, leader, std::slice::from_ref(&spare), true)
         .await
@@ -440,6 +452,8 @@ async fn member_removed_while_down_exits_when_restarted() {
     remove(&c, f[1], gone_id).await.unwrap();
     let mut w = c.kv(leader).await;
     put(&mut w, "after-removal", "1").await.unwrap();
+    // Past the leader's best-effort removal notice (10 s): only its peers can tell it now.
+    tokio::time::sleep(Duration::from_secs(11)).await;
 
     c.spawn(gone);
     let st = c
