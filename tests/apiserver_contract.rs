@@ -828,7 +828,7 @@ async fn leader_kill_in_the_middle_of_a_watch() {
     // Only this test writes: every revision after `start` is one of ours (a write that failed
     // on the kill may still have committed), so the revisions must be exactly contiguous.
     let mut ev = Vec::new();
-    while ev.last().map_or(true, |e| rev_of(e) < last_acked) {
+    while ev.last().is_none_or(|e| rev_of(e) < last_acked) {
         ev.extend(ws.events(1).await);
     }
     ev.retain(|e| rev_of(e) <= last_acked);
