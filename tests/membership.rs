@@ -1,15 +1,19 @@
 //! Run-time membership changes on real `kvd` processes: etcd's strict reconfiguration checks
 //! (refused and allowed cases), replacing a dead member through a learner, removing the leader,
-//! and the removed member's exit.
+//! the removed member's exit (also when it was removed while down), changes allowed at once by
+//! a new leader, and membership changes under client load without losing an acknowledged write.
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{get, put, Cluster};
 use kvd::proto::etcdserverpb::{
     MemberAddRequest, MemberAddResponse, MemberListRequest, MemberPromoteRequest,
-    MemberRemoveRequest, MemberUpdateRequest, MoveLeaderRequest, StatusRequest,
+    MemberRemoveRequest, MemberUpdateRequest, MoveLeaderRequest, RangeRequest, StatusRequest,
 };
 use tonic::Code;
 
@@ -392,4 +396,260 @@ async fn removed_follower_and_removed_leader_exit() {
         .unwrap()
         .into_inner();
     assert_eq!(list.members.len(), 1);
+}
+
+/// etcd tracks peer activity on streams that exist between all members whatever their roles, so
+/// a member that has just been elected can already tell which peers have been up for 5 s, even
+/// peers it never exchanged a Raft message with (here: a promoted learner and the followers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_leader_allows_membership_changes_at_once() {
+    let mut c = Cluster::start(3).await;
+    let old = c.wait_for_leader(Duration::from_secs(10)).await;
+    let old_id = member_id(&c, old).await;
+    tokio::time::sleep(SETTLE).await;
+    let n = c.new_member("m3");
+    let resp = add(&c, old, &[c.members[n].peer_url()], true)
+        .await
+        .unwrap();
+    let new_id = resp.member.clone().unwrap().id;
+    c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
+    c.spawn(n);
+    until_allowed("promote", || promote(&c, old, new_id)).await;
+    tokio::time::sleep(SETTLE).await;
+
+    c.kill(old);
+    let leader = c.wait_for_leader(Duration::from_secs(15)).await;
+    let known = Instant::now();
+
+    // Three of four voters are active: adding a learner is allowed (it needs both other
+    // survivors active), and so is removing the dead member; neither may wait for the new
+    // leader's own links to age 5 s.
+    let spare = format!("http://127.0.0.1:{}", common::free_port());
+    let learner = add(&c, leader, std::slice::from_ref(&spare), true)
+        .await
+        .unwrap_or_else(|e| panic!("add learner {:?} after election: {e:?}", known.elapsed()))
+        .member
+        .unwrap()
+        .id;
+    remove(&c, leader, old_id)
+        .await
+        .unwrap_or_else(|e| panic!("remove dead {:?} after election: {e:?}", known.elapsed()));
+    let took = known.elapsed();
+    assert!(took < Duration::from_secs(2), "changes took {took:?}");
+    remove(&c, leader, learner).await.unwrap();
+}
+
+/// A member removed while it was down learns of it from its peers when restarted, logs what
+/// etcd logs and exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_removed_while_down_exits_when_restarted() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let f = followers(&c, leader);
+    let gone = f[0];
+    let gone_id = member_id(&c, gone).await;
+    c.kill(gone);
+    remove(&c, f[1], gone_id).await.unwrap();
+    let mut w = c.kv(leader).await;
+    put(&mut w, "after-removal", "1").await.unwrap();
+    // Past the leader's best-effort removal notice (10 s): only its peers can tell it now.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+
+    c.spawn(gone);
+    let st = c
+        .wait_exit(gone, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("removed member still runs\n{}", c.log_of(gone)));
+    assert!(st.success(), "{st:?}\n{}", c.log_of(gone));
+    assert!(
+        c.log_of(gone)
+            .contains("the member has been permanently removed from the cluster"),
+        "{}",
+        c.log_of(gone)
+    );
+    // The cluster is unaffected: two members, writes go on.
+    put(&mut w, "after-restart", "1").await.unwrap();
+    let list = c
+        .cluster(leader)
+        .await
+        .member_list(MemberListRequest { linearizable: true })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.members.len(), 2, "{list:?}");
+    assert!(list.members.iter().all(|m| m.id != gone_id));
+}
+
+/// What one writer got acknowledged: key -> (value, revision of the put).
+type Acked = Arc<Mutex<BTreeMap<String, (String, i64)>>>;
+
+/// Writes unique keys in a loop, each through the next member of `targets`, recording every
+/// acknowledged put; failures (a member leaving, a leader change) are retried with a new key.
+async fn writer(w: usize, targets: Arc<Mutex<Vec<String>>>, acked: Acked, stop: Arc<AtomicBool>) {
+    let mut clients = BTreeMap::new();
+    let mut n = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let url = {
+            let t = targets.lock().unwrap();
+            t[(w + n) % t.len()].clone()
+        };
+        if !clients.contains_key(&url) {
+            match common::try_channel(&url).await {
+                Ok(ch) => {
+                    clients.insert(
+                        url.clone(),
+                        kvd::proto::etcdserverpb::kv_client::KvClient::new(ch),
+                    );
+                }
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            }
+        }
+        let kv = clients.get_mut(&url).unwrap();
+        let (k, v) = (format!("load/{w:02}/{n:06}"), format!("v{w}.{n}"));
+        match tokio::time::timeout(Duration::from_secs(10), put(kv, &k, &v)).await {
+            Ok(Ok(rev)) => {
+                acked.lock().unwrap().insert(k, (v, rev));
+            }
+            _ => {
+                clients.remove(&url);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// Retries a membership change while it is refused for a reason that time fixes.
+async fn until_allowed<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        match f().await {
+            Ok(()) => return,
+            Err(e) if Instant::now() < deadline => {
+                assert!(
+                    e.message().contains("in sync with leader")
+                        || e.message().contains("unhealthy")
+                        || e.message().contains("not enough started")
+                        || e.message().contains("timed out")
+                        || e.message().contains("leader"),
+                    "{what}: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{what}: {e:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn membership_change_during_client_load_no_acked_write_lost() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let f = followers(&c, leader);
+    let targets = Arc::new(Mutex::new(
+        c.members.iter().map(|m| m.client_url()).collect::<Vec<_>>(),
+    ));
+    let acked: Acked = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..8)
+        .map(|w| tokio::spawn(writer(w, targets.clone(), acked.clone(), stop.clone())))
+        .collect();
+    let count = || acked.lock().unwrap().len();
+    let mut progress = vec![];
+    tokio::time::sleep(SETTLE).await;
+    progress.push(count());
+
+    // Add a learner, start it, promote it: under load.
+    let n = c.new_member("m3");
+    let resp = add(&c, f[0], &[c.members[n].peer_url()], true)
+        .await
+        .unwrap();
+    let new_id = resp.member.clone().unwrap().id;
+    c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
+    c.spawn(n);
+    until_allowed("promote", || promote(&c, f[1], new_id)).await;
+    targets.lock().unwrap().push(c.members[n].client_url());
+    progress.push(count());
+
+    // Remove an original follower.
+    let fid = member_id(&c, f[0]).await;
+    until_allowed("remove follower", || remove(&c, leader, fid)).await;
+    targets
+        .lock()
+        .unwrap()
+        .retain(|u| *u != c.members[f[0]].client_url());
+    assert!(
+        c.wait_exit(f[0], Duration::from_secs(15)).is_some(),
+        "{}",
+        c.log_of(f[0])
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    progress.push(count());
+
+    // Second round: remove the leader (the new member must have been active 5 s first).
+    let lid = member_id(&c, leader).await;
+    until_allowed("remove leader", || remove(&c, f[1], lid)).await;
+    targets
+        .lock()
+        .unwrap()
+        .retain(|u| *u != c.members[leader].client_url());
+    assert!(
+        c.wait_exit(leader, Duration::from_secs(15)).is_some(),
+        "{}",
+        c.log_of(leader)
+    );
+    c.wait_for_leader(Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    progress.push(count());
+
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    // Writes were acknowledged in every phase, not only before the first change.
+    assert!(
+        progress.windows(2).all(|p| p[1] > p[0]) && progress[0] > 0,
+        "acked writes per phase: {progress:?}"
+    );
+
+    let acked = acked.lock().unwrap().clone();
+    for i in [f[1], n] {
+        let resp = c
+            .kv(i)
+            .await
+            .range(RangeRequest {
+                key: b"load/".to_vec(),
+                range_end: b"load0".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let have: BTreeMap<String, (String, i64)> = resp
+            .kvs
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8(kv.key.clone()).unwrap(),
+                    (
+                        String::from_utf8(kv.value.clone()).unwrap(),
+                        kv.mod_revision,
+                    ),
+                )
+            })
+            .collect();
+        for (k, want) in &acked {
+            assert_eq!(have.get(k), Some(want), "member {i}: acked put of {k} lost");
+        }
+    }
+    eprintln!(
+        "{} acknowledged puts, all readable on both remaining members; per phase {progress:?}",
+        acked.len()
+    );
 }

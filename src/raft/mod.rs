@@ -1,5 +1,5 @@
 //! Raft: openraft's type config, the WAL-backed log store, the sled-backed state machine,
-//! snapshot files, the peer network (client and server) and the node glue that proposes
+//! snapshot files, the peer network (client and server), the peer prober and the node glue that proposes
 //! writes and serves read-index barriers.
 
 pub mod error;
@@ -7,6 +7,7 @@ pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod peer_service;
+pub mod prober;
 pub mod read_batch;
 pub mod snapshot_file;
 pub mod state_machine;

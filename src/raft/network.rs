@@ -5,10 +5,11 @@
 //! Appends are pipelined over one bidirectional stream per replication session (openraft's
 //! default `stream_append` would be stop-and-wait).
 //!
-//! [`Links`] records, per target, when the current run of successful RPCs began: the leader's
+//! [`Links`] records, per target, when the current run of successful RPCs began: this member's
 //! view of which peers are *active*, which etcd's strict reconfiguration check relies on. Any
 //! failed RPC to a target ends its run, so a peer counts as active only after it has answered
-//! every RPC for the whole health interval.
+//! every RPC for the whole health interval. Besides openraft's RPCs, every member probes every
+//! peer (`super::prober`), so the view does not depend on being the leader.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -137,7 +138,8 @@ impl Links {
         }
     }
 
-    fn record<T, E>(&self, target: NodeId, r: &Result<T, E>) {
+    /// Records the outcome of one exchange with `target`.
+    pub fn record<T, E>(&self, target: NodeId, r: &Result<T, E>) {
         match r {
             Ok(_) => self.ok(target),
             Err(_) => self.failed(target),

@@ -17,8 +17,8 @@ use crate::proto::etcdserverpb::{
 use crate::proto::kvdpb::peer_server::Peer;
 use crate::proto::kvdpb::{
     ForwardRequest, ForwardResponse, MemberInfoRequest, MemberInfoResponse, MembershipRequest,
-    MembershipResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse, RemovedRequest,
-    RemovedResponse, SnapshotChunk,
+    MembershipResponse, ProbeRequest, ProbeResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse,
+    RemovedRequest, RemovedResponse, SnapshotChunk,
 };
 use crate::server::lease::{keep_alive_local, time_to_live_local};
 use crate::server::membership::Reconfig;
@@ -202,6 +202,15 @@ impl Peer for PeerService {
         }
         let _ = self.removed.send(true);
         Ok(Response::new(RemovedResponse {}))
+    }
+
+    async fn probe(&self, req: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        let r = req.into_inner();
+        if r.cluster_id != self.cluster_id {
+            return Err(Status::failed_precondition("cluster ID mismatch"));
+        }
+        let removed = self.node.sm.is_removed(r.member_id).map_err(fatal)?;
+        Ok(Response::new(ProbeResponse { removed }))
     }
 
     async fn lease_keep_alive(

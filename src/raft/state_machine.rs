@@ -45,6 +45,9 @@ const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
 const META_MEMBERSHIP: &[u8] = b"raft/membership";
 const META_INSTALLING: &[u8] = b"raft/installing_snapshot";
 const META_MEMBER_PREFIX: &str = "member/";
+/// `removed/<id>`: a member that was in a configuration and is not any more (etcd's
+/// `members/removed`). Ids are never reused, so the mark is permanent.
+const META_REMOVED_PREFIX: &str = "removed/";
 
 /// A member's published attributes (etcd's `publish`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +147,12 @@ impl StateMachine {
             Some(b) => Ok(Some(decode("member attributes", &b)?)),
             None => Ok(None),
         }
+    }
+
+    /// Whether `id` was a member and has been removed from the cluster.
+    pub fn is_removed(&self, id: NodeId) -> Result<bool, StoreError> {
+        let key = format!("{META_REMOVED_PREFIX}{id:016x}");
+        Ok(self.shared.mvcc.get_meta(key.as_bytes())?.is_some())
     }
 
     /// Receiver of the last applied log index.
@@ -257,7 +266,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut reqs = Vec::new();
         let mut slots: Vec<Option<usize>> = Vec::with_capacity(batch.len());
         let mut meta = Vec::new();
-        let mut membership = None;
+        let mut membership: Option<StoredMembership> = None;
         for (entry, _) in &batch {
             let mut slot = None;
             match &entry.payload {
@@ -284,6 +293,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     }
                 }
                 EntryPayload::Membership(m) => {
+                    // Members of the previous configuration missing from this one are removed.
+                    let prev = match &membership {
+                        Some(p) => p.clone(),
+                        None => self.membership()?,
+                    };
+                    let prev: Vec<NodeId> = prev.membership().nodes().map(|(id, _)| *id).collect();
+                    for id in prev.into_iter().filter(|id| m.get_node(id).is_none()) {
+                        let key = format!("{META_REMOVED_PREFIX}{id:016x}");
+                        meta.push((key.into_bytes(), Some(Vec::new())));
+                    }
                     membership = Some(StoredMembership::new(Some(entry.log_id()), m.clone()));
                 }
             }

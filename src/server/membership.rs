@@ -9,7 +9,8 @@
 //!   against a configuration the other one is about to change.
 //! - etcd's strict reconfiguration check: a change that adds or removes a voter is refused
 //!   unless, afterwards, the *started* voters (those that have published their name) and the
-//!   *active* voters (those the leader has reached without interruption for [`HEALTH_INTERVAL`];
+//!   *active* voters (those this member has reached without interruption for
+//!   [`HEALTH_INTERVAL`], through Raft RPCs and the peer prober, so a new leader knows at once;
 //!   the leader itself always counts) are each a quorum of the new voter set. A member that is
 //!   added is neither started nor active; removing a voter that is down only needs the rest to
 //!   keep quorum.
@@ -40,7 +41,7 @@ use crate::raft::state_machine::StateMachine;
 use crate::raft::types::Membership;
 use crate::raft::{Member, NodeId, RaftNode};
 
-/// How long the leader must have reached a peer without interruption for it to count as active
+/// How long a member must have reached a peer without interruption for it to count as active
 /// (etcd's HealthInterval).
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 /// etcd allows one learner at a time.

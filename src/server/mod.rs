@@ -162,7 +162,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
 
     let reconfig = Arc::new(membership::Reconfig::new(
         node.clone(),
-        links,
+        links.clone(),
         ident.cluster_id,
         cfg.initial_cluster_token.clone(),
     ));
@@ -247,6 +247,12 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     }
 
     let lessor = tokio::spawn(lease::lessor_duties(node.clone()));
+    let prober = tokio::spawn(crate::raft::prober::run(
+        node.clone(),
+        links,
+        ident.cluster_id,
+        removed_tx.clone(),
+    ));
     let publisher = tokio::spawn(publish(
         node.clone(),
         cfg.name.clone(),
@@ -274,6 +280,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     tracing::info!("stopping member");
     publisher.abort();
     lessor.abort();
+    prober.abort();
     hand_over_leadership(&node).await;
     let _ = stop_tx.send(true);
     let _ = raft.shutdown().await;

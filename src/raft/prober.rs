@@ -1,0 +1,71 @@
+//! Every member probes every other member of its configuration twice a second, whatever its
+//! role, as etcd keeps rafthttp streams between all members all the time.
+//!
+//! Invariants:
+//! - A member's view of which peers are *active* ([`Links`], used by the strict
+//!   reconfiguration check) does not depend on who leads: a member that has just been elected
+//!   already knows which peers it has reached without interruption for the last 5 s.
+//! - A round never waits longer than [`PROBE_TIMEOUT`] for a peer, so live peers are probed
+//!   well within `Links`' staleness limit even while another peer is down.
+//! - A member that a peer reports as removed (the peer has applied its removal) stops: this is
+//!   how a member removed while it was down learns of it when restarted.
+
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use tokio::sync::watch;
+
+use super::network::Links;
+use super::node::RaftNode;
+use super::types::{Member, NodeId};
+use crate::proto::kvdpb::ProbeRequest;
+
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Probes peers until this member learns it was removed (then sets `removed` and returns).
+pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::Sender<bool>) {
+    let mut tick = tokio::time::interval(PROBE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let peers: Vec<(NodeId, Member)> = node
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != node.id)
+            .map(|(id, m)| (*id, m.clone()))
+            .collect();
+        let probes = peers.into_iter().map(|(id, m)| {
+            let node = node.clone();
+            async move { (id, probe(&node, &m, cluster_id).await) }
+        });
+        for (id, r) in futures::future::join_all(probes).await {
+            links.record(id, &r);
+            if r == Ok(true) {
+                tracing::warn!(
+                    peer = %format!("{id:x}"),
+                    "a peer reports this member as removed from the cluster"
+                );
+                let _ = removed.send(true);
+                return;
+            }
+        }
+    }
+}
+
+/// One probe: `Ok(removed)` when the peer answered.
+async fn probe(node: &RaftNode, peer: &Member, cluster_id: u64) -> Result<bool, ()> {
+    let mut c = node.channels.peer(peer).map_err(|_| ())?;
+    let call = c.probe(ProbeRequest {
+        cluster_id,
+        member_id: node.id,
+    });
+    match tokio::time::timeout(PROBE_TIMEOUT, call).await {
+        Ok(Ok(r)) => Ok(r.into_inner().removed),
+        _ => Err(()),
+    }
+}
