@@ -299,7 +299,7 @@ async fn learner_rules_update_and_move_leader() {
     ]);
     let lines: Vec<&str> = out.lines().collect();
     assert!(
-        lines[0].starts_with("Member ") && lines[0].contains(" added as learner to cluster "),
+        lines[0].starts_with("Member ") && lines[0].contains(" added to cluster "),
         "{out}"
     );
     assert_eq!(lines[1], "");

@@ -191,22 +191,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        self.wal
-            .write(vec![Record::Vote(encode(vote))])
-            .await
-            .map_err(io_err)?;
+        let mut records: Vec<Record> = self
+            .state
+            .lock()
+            .unwrap()
+            .take_committed()
+            .into_iter()
+            .collect();
+        records.push(Record::Vote(encode(vote)));
+        self.wal.write(records).await.map_err(io_err)?;
         self.state.lock().unwrap().vote = Some(*vote);
         Ok(())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
-        // Not awaited: the record is ordered after the entries it covers, and a recovered
-        // committed id only needs to be no newer than the truth, which ordering guarantees.
-        self.state.lock().unwrap().committed = committed;
-        self.wal.submit(
-            vec![Record::Committed(encode(&committed))],
-            Box::new(|_| {}),
-        );
+        // Not written now: it rides with the next WAL write (see `take_committed`), so a
+        // commit costs no fsync of its own. The record is ordered after the entries it
+        // covers, so a recovered committed id is never newer than the truth.
+        let mut st = self.state.lock().unwrap();
+        st.committed = committed;
+        st.committed_dirty = true;
         Ok(())
     }
 

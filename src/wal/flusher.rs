@@ -145,9 +145,11 @@ impl Flusher {
         }
         format::encode_batch_end(batch_start, &mut buf);
         self.file.append(&buf)?;
-        let t = Instant::now();
-        self.file.sync_data()?;
-        self.shared.stats.observe_fsync(t.elapsed());
+        if !self.opts.unsafe_no_fsync {
+            let t = Instant::now();
+            self.file.sync_data()?;
+            self.shared.stats.observe_fsync(t.elapsed());
+        }
         self.shared.stats.add_batch(n_records, buf.len() as u64);
         self.restate = false;
         // Keep the buffer for the next batch unless one huge batch bloated it.

@@ -169,12 +169,17 @@ pub struct WalOptions {
     /// A new segment is started before the next batch once the current one
     /// has reached this size (so segments overshoot by at most one batch).
     pub segment_size: u64,
+    /// Skips the fdatasync of each batch (etcd's `--unsafe-no-fsync`): writes are acknowledged
+    /// once they reach the OS, so a power loss can lose acknowledged records. Only for tests
+    /// that prove the durability checks catch exactly that.
+    pub unsafe_no_fsync: bool,
 }
 
 impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
             segment_size: 64 << 20,
+            unsafe_no_fsync: false,
         }
     }
 }

@@ -21,7 +21,17 @@ fn entry(index: u64, len: usize) -> Record {
 }
 
 fn open_sim(fs: &SimFs, segment_size: u64) -> Result<(Wal, Vec<Record>), WalError> {
-    Wal::open_with_fs(Arc::new(fs.clone()), &dir(), WalOptions { segment_size })
+    open_sim_opts(
+        fs,
+        WalOptions {
+            segment_size,
+            ..Default::default()
+        },
+    )
+}
+
+fn open_sim_opts(fs: &SimFs, opts: WalOptions) -> Result<(Wal, Vec<Record>), WalError> {
+    Wal::open_with_fs(Arc::new(fs.clone()), &dir(), opts)
 }
 
 /// A SimFs holding exactly these (durable) segment files.
@@ -434,7 +444,10 @@ fn group_commit_batches_concurrent_writers() {
 fn rotation_and_purge() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("wal");
-    let opts = WalOptions { segment_size: 1024 };
+    let opts = WalOptions {
+        segment_size: 1024,
+        ..Default::default()
+    };
     let (wal, _) = Wal::open(&path, opts.clone()).unwrap();
     let vote = Record::Vote(b"term=7".to_vec());
     wal.write_sync(vec![vote.clone(), Record::Committed(b"c0".to_vec())])
@@ -620,7 +633,7 @@ struct Coverage {
 }
 
 /// One randomized run: several lives, each ended by a power loss.
-fn power_loss_run(seed: u64, cov: &mut Coverage) -> Result<(), String> {
+fn power_loss_run(seed: u64, cov: &mut Coverage, unsafe_no_fsync: bool) -> Result<(), String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let fs = SimFs::new();
     let literal = rng.gen_bool(0.3);
@@ -641,8 +654,12 @@ fn power_loss_run(seed: u64, cov: &mut Coverage) -> Result<(), String> {
             }
             fs.crash(&mut rng);
         }
+        let opts = WalOptions {
+            segment_size,
+            unsafe_no_fsync,
+        };
         let (wal, recovered) =
-            open_sim(&fs, segment_size).map_err(|e| format!("life {life}: open: {e}"))?;
+            open_sim_opts(&fs, opts).map_err(|e| format!("life {life}: open: {e}"))?;
         let k = check_recovery(&recovered, &history, acked, literal)
             .map_err(|e| format!("life {life}: {e}"))?;
         cov.lives += 1;
@@ -709,6 +726,22 @@ fn power_loss_run(seed: u64, cov: &mut Coverage) -> Result<(), String> {
     Ok(())
 }
 
+/// The power-loss check must be able to fail: a WAL that acknowledges before fdatasync
+/// loses acknowledged records in some of the same seeded runs.
+#[test]
+fn power_loss_check_catches_ack_before_fsync() {
+    let mut cov = Coverage::default();
+    let caught: Vec<String> = (0..100)
+        .filter_map(|seed| power_loss_run(seed, &mut cov, true).err())
+        .collect();
+    assert!(
+        caught
+            .iter()
+            .any(|e| e.contains("lost acknowledged") || e.contains("matches no prefix")),
+        "no run caught an unsynced acknowledgement: {caught:?}"
+    );
+}
+
 #[test]
 fn power_loss_random_workloads() {
     let seeds: u64 = std::env::var("WAL_SEEDS")
@@ -721,7 +754,7 @@ fn power_loss_random_workloads() {
         .unwrap_or(0);
     let mut cov = Coverage::default();
     for seed in base..base + seeds {
-        if let Err(e) = power_loss_run(seed, &mut cov) {
+        if let Err(e) = power_loss_run(seed, &mut cov, false) {
             panic!("power-loss run failed, seed {seed} (WAL_SEED_BASE={seed} WAL_SEEDS=1): {e}");
         }
     }

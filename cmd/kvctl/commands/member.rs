@@ -102,13 +102,9 @@ pub async fn add(ctx: &Ctx, a: MemberAddArgs) -> Result<i32, CliError> {
     .await?;
     let member = resp.member.clone().unwrap_or_default();
     let cluster_id = resp.header.as_ref().map_or(0, |h| h.cluster_id);
-    let as_learner = if member.is_learner {
-        " as learner "
-    } else {
-        " "
-    };
+    // etcdctl 3.4 prints the same line for a learner; `member list` shows it is one.
     let mut out = format!(
-        "Member {:16x} added{as_learner}to cluster {cluster_id:16x}\n",
+        "Member {:16x} added to cluster {cluster_id:16x}\n",
         member.id
     );
     // The settings the new member starts with; its name is not known to the cluster until it
