@@ -9,10 +9,11 @@
 # Usage: benches/compare/watch_bench.sh [out-dir]
 # Env:   ROUNDS (3) WATCHERS (10000) STREAMS (100) WCONNS (10, watch connections)
 #        PUTS (20000) CLIENTS (64) PCONNS (16, put connections) KEYSPACE (1000: each put
-#        is seen by WATCHERS/KEYSPACE watchers) STALLED (1) SYSTEMS ("etcd kvd")
+#        is seen by WATCHERS/KEYSPACE watchers) STALLED (1) WARMUP (10000 puts) SYSTEMS ("etcd kvd")
 #        KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/)
 #        ETCD_BIN (etcd)  SKIP_BUILD=1 to use existing binaries
 set -euo pipefail
+trap 'echo "$0: failed at line $LINENO" >&2' ERR
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TD=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -28,6 +29,7 @@ CLIENTS=${CLIENTS:-64}
 PCONNS=${PCONNS:-16}
 KEYSPACE=${KEYSPACE:-1000}
 STALLED=${STALLED:-1}
+WARMUP=${WARMUP:-10000}
 SYSTEMS=(${SYSTEMS:-etcd kvd})
 OUT=${1:-$(mktemp -d /tmp/watch_bench.XXXXXX)}
 mkdir -p "$OUT"
@@ -92,7 +94,8 @@ wait_leader() {
 }
 
 KEYS=(--key-size 8 --val-size 256 --key-space-size "$KEYSPACE")
-# one SYSTEM ROUND: fresh cluster, warm-up, then the measured run on the leader.
+# one SYSTEM ROUND: fresh cluster, warm-up, then the measured run on the leader: RSS, open the
+# watches, RSS, puts with watchers, close the watches, the same puts without (kvbench --baseline).
 one() {
   local sys=$1 round=$2 bin base
   if [[ $sys == etcd ]]; then bin=$ETCD_BIN base=24790; else bin=$KVD_BIN base=34790; fi
@@ -103,7 +106,7 @@ one() {
   local l; l=$(leader "$sys")
   local ep=${CLIENT[$sys,$l]}
   "$KVBENCH_BIN" --endpoints "$ep" --json put "${KEYS[@]}" --clients "$CLIENTS" \
-    --conns "$PCONNS" --total 2000 >/dev/null
+    --conns "$PCONNS" --total "$WARMUP" >/dev/null
   echo "  $sys r$round: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   "$KVBENCH_BIN" --endpoints "$ep" --json --clients "$CLIENTS" --conns "$WCONNS" --timeout 30 \
     watch-latency "${KEYS[@]}" --watchers "$WATCHERS" --streams "$STREAMS" \

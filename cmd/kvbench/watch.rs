@@ -8,9 +8,11 @@
 //!
 //! Extras for the many-watchers test: `--stalled-watchers K` opens K more streams, on their
 //! own connection, each watching every benchmark key, whose responses are never read (the
-//! server's sends block once the HTTP/2 windows fill); `--baseline` runs the same puts once
-//! before any watch is opened so one run reports throughput with and without watchers;
-//! `--rss-pid` samples a local member's resident memory before and after the watches open.
+//! server's sends block once the HTTP/2 windows fill); `--baseline` runs the same puts again
+//! after every watch stream is closed, so one run reports throughput with and without
+//! watchers; `--rss-pid` samples a local member's resident memory just before and after the
+//! watches open (first, so that freed put buffers do not hide the watches' memory) and at
+//! the end.
 //!
 //! Invariants:
 //! - A put's latency is measured from just before the call to its response; an event's
@@ -63,7 +65,7 @@ pub struct WatchArgs {
     /// Extra watch streams whose client never reads, each watching every benchmark key.
     #[arg(long, default_value_t = 0)]
     pub stalled_watchers: usize,
-    /// Run the same puts once before opening any watch, and report both.
+    /// Run the same puts again once every watch stream is closed, and report both.
     #[arg(long)]
     pub baseline: bool,
     /// pid of the (local) member watched: report its RSS before/after opening the watches.
@@ -245,12 +247,6 @@ pub async fn run(g: Global, a: WatchArgs) -> anyhow::Result<()> {
     ka.sequential_keys = true;
     let keys = KeyGen::new(&ka)?;
 
-    let baseline = if a.baseline {
-        Some(run_puts(&g, &a, &keys, "baseline puts").await?)
-    } else {
-        None
-    };
-
     let rss_before = a.rss_pid.map(rss_bytes).transpose()?;
     let channels = conns::connect(&g).await?;
     let received = Arc::new(AtomicU64::new(0));
@@ -333,7 +329,16 @@ pub async fn run(g: Global, a: WatchArgs) -> anyhow::Result<()> {
     for s in &streams {
         s.task.abort();
     }
+    drop(streams);
     drop(stalled);
+    let baseline = if a.baseline {
+        // Give the member a moment to tear the streams down.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Some(run_puts(&g, &a, &keys, "puts without watchers").await?)
+    } else {
+        None
+    };
+    let rss_end = a.rss_pid.map(rss_bytes).transpose()?;
 
     let watch = Summary {
         op: format!("watch events ({} watchers)", a.watchers),
@@ -377,6 +382,7 @@ pub async fn run(g: Global, a: WatchArgs) -> anyhow::Result<()> {
             "rss_before_bytes": rss_before,
             "rss_after_bytes": rss_after,
             "rss_bytes_per_watch": per_watch,
+            "rss_end_bytes": rss_end,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
