@@ -179,9 +179,12 @@ async fn run_puts(g: &Global, a: &WatchArgs, keys: &KeyGen, label: &str) -> anyh
     })
 }
 
+/// When each event arrived, by revision.
+type Arrivals = Arc<Mutex<Vec<(i64, Instant)>>>;
+
 /// One watch stream the benchmark reads: the arrival of every event, by revision.
 struct LiveStream {
-    arrivals: Arc<Mutex<Vec<(i64, Instant)>>>,
+    arrivals: Arrivals,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     /// Keeps the request side open.
     _tx: mpsc::Sender<WatchRequest>,
@@ -219,10 +222,7 @@ async fn open_stream(
 fn spawn_reader(
     mut inbound: Streaming<WatchResponse>,
     received: Arc<AtomicU64>,
-) -> (
-    Arc<Mutex<Vec<(i64, Instant)>>>,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
+) -> (Arrivals, tokio::task::JoinHandle<anyhow::Result<()>>) {
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let a = arrivals.clone();
     let task = tokio::spawn(async move {
