@@ -17,6 +17,7 @@ mod keys;
 mod ops;
 mod report;
 mod runner;
+mod watch;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -97,6 +98,9 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         txn_ops: usize,
     },
+    /// Delay from each put's response to each watcher receiving its event (etcd's
+    /// `benchmark watch-latency`), optionally with stalled watchers and a no-watcher baseline.
+    WatchLatency(watch::WatchArgs),
     /// Local disk check: sequential 2300-byte writes, each fdatasynced (etcd's fio guidance).
     Fsync {
         /// Directory to write the test file in (put it on the disk the data dir will use).
@@ -127,6 +131,9 @@ fn main() {
 }
 
 async fn run_net(g: Global, cmd: Cmd) -> anyhow::Result<()> {
+    if let Cmd::WatchLatency(a) = cmd {
+        return watch::run(g, a).await;
+    }
     let channels = conns::connect(&g).await?;
     let op = match cmd {
         Cmd::Put(k) => ops::Op::put(&k)?,
@@ -137,7 +144,7 @@ async fn run_net(g: Global, cmd: Cmd) -> anyhow::Result<()> {
             consistency,
             limit,
         } => ops::Op::range(key, end, &consistency, limit)?,
-        Cmd::Fsync { .. } => unreachable!("handled without a runtime"),
+        Cmd::Fsync { .. } | Cmd::WatchLatency(_) => unreachable!("handled above"),
     };
     let name = op.name();
     let r = runner::run(&g, channels, op).await?;

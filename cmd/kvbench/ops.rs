@@ -24,7 +24,7 @@ pub enum Op {
 }
 
 /// One value for the whole run, like etcd's tool: random so compression cannot flatter it.
-fn value(size: usize) -> Vec<u8> {
+pub fn random_value(size: usize) -> Vec<u8> {
     use rand::RngCore;
     let mut v = vec![0u8; size];
     rand::thread_rng().fill_bytes(&mut v);
@@ -35,7 +35,7 @@ impl Op {
     pub fn put(k: &KeyArgs) -> anyhow::Result<Op> {
         Ok(Op::Put {
             keys: KeyGen::new(k)?,
-            value: value(k.val_size),
+            value: random_value(k.val_size),
         })
     }
 
@@ -48,7 +48,7 @@ impl Op {
         );
         Ok(Op::TxnPut {
             keys,
-            value: value(k.val_size),
+            value: random_value(k.val_size),
             ops,
         })
     }

@@ -17,6 +17,7 @@ pub mod kv;
 pub mod lease;
 pub mod maintenance;
 pub mod membership;
+pub mod watch_hub;
 pub mod watches;
 
 use openraft::async_runtime::WatchReceiver;
@@ -206,10 +207,10 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
                     .max_encoding_message_size(usize::MAX),
             )
             .add_service(
-                WatchServer::new(watches::WatchService {
-                    ctx: ctx.clone(),
-                    progress_interval: cfg.watch_progress_notify_interval,
-                })
+                WatchServer::new(watches::WatchService::new(
+                    ctx.clone(),
+                    cfg.watch_progress_notify_interval,
+                ))
                 .max_decoding_message_size(max_msg)
                 .max_encoding_message_size(usize::MAX),
             )

@@ -1,40 +1,53 @@
 //! The etcd v3 Watch service.
 //!
 //! # Design
-//! Every watcher is what etcd calls "unsynced": it keeps a cursor, the next revision it has
-//! to deliver, and reads its events from the MVCC history whenever the store revision moves
-//! past the cursor. There is no in-memory event fan-out, so the write path never waits for a
-//! watcher and a slow client only slows down its own stream.
+//! Like etcd, a stream's watchers are either *synced* or *unsynced*. Synced watchers are at
+//! the stream's frontier: the [`Hub`] reads each new revision's events from the MVCC store
+//! once and broadcasts them, and the stream looks up each event's key among its synced
+//! watchers (a hash map for single keys, a list for ranges), so a write costs one store scan
+//! per member, not one per watcher. Unsynced watchers (a `start_revision` in the past, or a
+//! stream that fell more than the hub's buffer behind) each keep their own cursor and read
+//! their events from the MVCC history until they reach the frontier, then join the synced
+//! ones. Nothing here is on the write path: apply only bumps a revision channel.
 //!
 //! One task per gRPC stream owns all of that stream's watchers and is the only producer of
-//! its responses. It wakes on requests, on store revision changes, on the progress ticker
-//! and (with `hasleader=true`) on the leader check ticker.
+//! its responses. It wakes on requests, on hub batches, on the progress ticker and (with
+//! `hasleader=true`) on the leader check ticker.
 //!
 //! # Invariants
-//! - A watcher's cursor only grows, and every matching event below it has been sent (or
-//!   dropped by the watcher's filters): no gaps, no duplicates, revision order.
-//! - All events of one revision go into one response (`events_since` never splits a
-//!   revision); only `fragment` watchers may split a response, flagging every part but the
-//!   last with `fragment: true`.
+//! - A watcher's cursor (the stream frontier for synced ones) only grows, and every matching
+//!   event below it has been sent (or dropped by the watcher's filters): no gaps, no
+//!   duplicates, revision order. A watcher joins the synced set only when its cursor lies
+//!   within a batch (it takes that batch's events from its cursor on) or equals the frontier.
+//! - A batch that does not start at the stream's frontier (the stream lagged the hub) or is
+//!   `lost` turns every synced watcher unsynced at the frontier before anything else.
+//! - All events of one revision go into one response (hub batches and `events_since` never
+//!   split a revision); only `fragment` watchers may split a response, flagging every part
+//!   but the last with `fragment: true`.
 //! - A watcher's created response precedes its events and its canceled response follows
 //!   them, because one task produces all of a stream's responses in order.
-//! - The work done between two looks at the incoming requests is bounded: each watcher
-//!   reads at most [`EVENTS_PER_READ`] events (plus the rest of the last revision) per pass.
-//! - The response channel is bounded; a client that stops reading makes its stream task
-//!   wait on `send`, which blocks nothing else.
+//! - The work done between two looks at the incoming requests is bounded: one hub batch, or
+//!   at most [`EVENTS_PER_READ`] events (plus the rest of the last revision) per unsynced
+//!   watcher.
+//! - Memory is bounded: the response channel holds [`STREAM_BUFFER`] responses, the hub
+//!   [`HUB_BUFFER`](super::watch_hub::HUB_BUFFER) batches; a client that stops reading makes its stream task wait on
+//!   `send`, which blocks nothing else, and when it reads again its watchers catch up from
+//!   the store.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use prost::Message;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use super::watch_hub::{Batch, Hub, PrevKvInterest};
 use crate::mvcc::MvccError;
 use crate::proto::etcdserverpb::watch_create_request::FilterType;
 use crate::proto::etcdserverpb::watch_request::RequestUnion;
@@ -42,7 +55,8 @@ use crate::proto::etcdserverpb::watch_server::Watch;
 use crate::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
 use crate::proto::mvccpb::{event::EventType, Event};
 
-/// Events one watcher reads per pass (a revision is never split, so a pass can return more).
+/// Events one unsynced watcher reads per pass (a revision is never split, so a pass can
+/// return more).
 pub const EVENTS_PER_READ: usize = 1000;
 
 /// Responses buffered per stream before its task waits for the client to read.
@@ -61,9 +75,21 @@ const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
 const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
 
 pub struct WatchService {
-    pub ctx: ServerCtx,
+    ctx: ServerCtx,
     /// How often watchers that asked for progress notifications get one while idle.
-    pub progress_interval: Duration,
+    progress_interval: Duration,
+    /// Started by the first watch call (it needs the runtime).
+    hub: OnceLock<Arc<Hub>>,
+}
+
+impl WatchService {
+    pub fn new(ctx: ServerCtx, progress_interval: Duration) -> Self {
+        WatchService {
+            ctx,
+            progress_interval,
+            hub: OnceLock::new(),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -80,25 +106,40 @@ impl Watch for WatchService {
             .and_then(|v| v.to_str().ok())
             == Some("true");
         self.ctx.check_leader(req.metadata())?;
+        let hub = self.hub.get_or_init(|| Hub::start(&self.ctx)).clone();
+        let (frontier, batches) = hub.subscribe().ok_or(ApiError::Stopped)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let stream = WatchStream {
             ctx: self.ctx.clone(),
+            hub,
             tx,
             watchers: BTreeMap::new(),
+            synced_keys: HashMap::new(),
+            synced_ranges: BTreeSet::new(),
+            unsynced: BTreeSet::new(),
+            frontier,
             next_auto_id: 0,
             deferred_progress: false,
         };
-        tokio::spawn(stream.run(req.into_inner(), self.progress_interval, require_leader));
+        tokio::spawn(stream.run(
+            req.into_inner(),
+            batches,
+            self.progress_interval,
+            require_leader,
+        ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 
 struct Watcher {
     key: Vec<u8>,
+    /// etcd's: empty for one key, "\0" for every key from `key` on.
     range_end: Vec<u8>,
-    /// The next revision to deliver.
+    /// The next revision to deliver while unsynced (a synced watcher's is the frontier).
     next: i64,
-    prev_kv: bool,
+    synced: bool,
+    /// Keeps the hub reading `prev_kv` while this watcher lives.
+    prev_kv: Option<PrevKvInterest>,
     no_put: bool,
     no_delete: bool,
     fragment: bool,
@@ -107,13 +148,48 @@ struct Watcher {
     active: bool,
 }
 
+impl Watcher {
+    fn contains(&self, k: &[u8]) -> bool {
+        match self.range_end.as_slice() {
+            [] => k == self.key,
+            [0] => k >= self.key.as_slice(),
+            end => k >= self.key.as_slice() && k < end,
+        }
+    }
+
+    /// The event as this watcher delivers it, or `None` if its filters drop it.
+    fn deliver(&self, e: &Event) -> Option<Event> {
+        let put = e.r#type == EventType::Put as i32;
+        if put && self.no_put || !put && self.no_delete {
+            return None;
+        }
+        let mut e = e.clone();
+        if self.prev_kv.is_none() {
+            e.prev_kv = None;
+        }
+        Some(e)
+    }
+}
+
+fn rev_of(e: &Event) -> i64 {
+    e.kv.as_ref().map_or(0, |kv| kv.mod_revision)
+}
+
 /// The client is gone (or the stream must end); the task stops.
 struct Gone;
 
 struct WatchStream {
     ctx: ServerCtx,
+    hub: Arc<Hub>,
     tx: mpsc::Sender<Result<WatchResponse, Status>>,
     watchers: BTreeMap<i64, Watcher>,
+    /// Synced single-key watchers by key.
+    synced_keys: HashMap<Vec<u8>, Vec<i64>>,
+    /// Synced prefix / range / from-key watchers.
+    synced_ranges: BTreeSet<i64>,
+    unsynced: BTreeSet<i64>,
+    /// The next revision the hub will send this stream: synced watchers' cursor.
+    frontier: i64,
     next_auto_id: i64,
     /// A progress request arrived while some watcher was behind; answer once none is.
     deferred_progress: bool,
@@ -123,10 +199,10 @@ impl WatchStream {
     async fn run(
         mut self,
         mut inbound: Streaming<WatchRequest>,
+        mut batches: broadcast::Receiver<Arc<Batch>>,
         progress_interval: Duration,
         require_leader: bool,
     ) {
-        let mut revision = self.ctx.node.sm.revision();
         let mut progress = interval_at(Instant::now() + progress_interval, progress_interval);
         progress.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let election = self.ctx.node.election_timeout;
@@ -166,10 +242,12 @@ impl WatchStream {
                     }
                 },
                 _ = progress.tick() => self.progress_tick().await,
-                r = revision.changed() => match r {
-                    Ok(()) => Ok(()),
-                    // The state machine is gone: the member is stopping.
-                    Err(_) => {
+                b = batches.recv() => match b {
+                    Ok(batch) => self.on_batch(&batch).await,
+                    // The gap shows when the next batch does not start at the frontier.
+                    Err(broadcast::error::RecvError::Lagged(_)) => Ok(()),
+                    // The store is gone: the member is stopping.
+                    Err(broadcast::error::RecvError::Closed) => {
                         let _ = self.tx.send(Err(ApiError::Stopped.into())).await;
                         return;
                     }
@@ -195,12 +273,82 @@ impl WatchStream {
         }
     }
 
+    /// The watcher's cursor: the next revision it has to deliver.
+    fn next_of(&self, w: &Watcher) -> i64 {
+        if w.synced {
+            self.frontier
+        } else {
+            w.next
+        }
+    }
+
+    fn make_synced(&mut self, id: i64) {
+        let Some(w) = self.watchers.get_mut(&id) else {
+            return;
+        };
+        self.unsynced.remove(&id);
+        if w.synced {
+            return;
+        }
+        w.synced = true;
+        if w.range_end.is_empty() {
+            self.synced_keys.entry(w.key.clone()).or_default().push(id);
+        } else {
+            self.synced_ranges.insert(id);
+        }
+    }
+
+    /// Takes the watcher out of the synced indexes (if it is there); returns it.
+    fn unindex(&mut self, id: i64) -> Option<&mut Watcher> {
+        let w = self.watchers.get_mut(&id)?;
+        if w.synced {
+            w.synced = false;
+            w.next = self.frontier;
+            if w.range_end.is_empty() {
+                if let Some(ids) = self.synced_keys.get_mut(&w.key) {
+                    ids.retain(|i| *i != id);
+                    if ids.is_empty() {
+                        self.synced_keys.remove(&w.key);
+                    }
+                }
+            } else {
+                self.synced_ranges.remove(&id);
+            }
+        }
+        Some(w)
+    }
+
+    fn make_unsynced(&mut self, id: i64) {
+        if self.unindex(id).is_some() {
+            self.unsynced.insert(id);
+        }
+    }
+
+    fn remove(&mut self, id: i64) -> bool {
+        self.unindex(id);
+        self.unsynced.remove(&id);
+        self.watchers.remove(&id).is_some()
+    }
+
+    /// Every synced watcher becomes unsynced at the frontier (the stream missed batches).
+    fn desync_all(&mut self) {
+        let ids: Vec<i64> = self
+            .watchers
+            .iter()
+            .filter(|(_, w)| w.synced)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.make_unsynced(id);
+        }
+    }
+
     async fn handle(&mut self, req: WatchRequest) -> Result<(), Gone> {
         match req.request_union {
             Some(RequestUnion::CreateRequest(c)) => self.create(c).await,
             Some(RequestUnion::CancelRequest(c)) => {
                 // etcd answers only cancels of watchers that exist.
-                if self.watchers.remove(&c.watch_id).is_some() {
+                if self.remove(c.watch_id) {
                     let mut r = self.response(self.ctx.current_revision(), c.watch_id);
                     r.canceled = true;
                     self.send(r).await?;
@@ -249,17 +397,19 @@ impl WatchStream {
             self.next_auto_id - 1
         };
         let has = |f: FilterType| c.filters.contains(&(f as i32));
+        let next = if c.start_revision == 0 {
+            cur + 1
+        } else {
+            c.start_revision
+        };
         self.watchers.insert(
             id,
             Watcher {
                 key,
                 range_end: c.range_end,
-                next: if c.start_revision == 0 {
-                    cur + 1
-                } else {
-                    c.start_revision
-                },
-                prev_kv: c.prev_kv,
+                next,
+                synced: false,
+                prev_kv: c.prev_kv.then(|| self.hub.want_prev_kv()),
                 no_put: has(FilterType::Noput),
                 no_delete: has(FilterType::Nodelete),
                 fragment: c.fragment,
@@ -267,6 +417,11 @@ impl WatchStream {
                 active: false,
             },
         );
+        if next == self.frontier {
+            self.make_synced(id);
+        } else {
+            self.unsynced.insert(id);
+        }
         let mut r = self.response(cur, id);
         r.created = true;
         self.send(r).await
@@ -274,7 +429,7 @@ impl WatchStream {
 
     fn all_synced(&self) -> bool {
         let cur = self.ctx.current_revision();
-        self.watchers.values().all(|w| w.next > cur)
+        self.watchers.values().all(|w| self.next_of(w) > cur)
     }
 
     async fn send_progress(&mut self) -> Result<(), Gone> {
@@ -287,9 +442,11 @@ impl WatchStream {
     /// got no events since the previous tick.
     async fn progress_tick(&mut self) -> Result<(), Gone> {
         let cur = self.ctx.current_revision();
+        let frontier = self.frontier;
         let mut due = Vec::new();
         for (id, w) in self.watchers.iter_mut() {
-            if w.progress_notify && !w.active && w.next > cur {
+            let next = if w.synced { frontier } else { w.next };
+            if w.progress_notify && !w.active && next > cur {
                 due.push(*id);
             }
             w.active = false;
@@ -300,46 +457,128 @@ impl WatchStream {
         Ok(())
     }
 
-    /// One pass over the watchers: each one behind the store revision reads and sends its next
-    /// batch of events. Returns whether some watcher is still behind.
+    /// Delivers one hub batch to the synced watchers, and to the unsynced ones whose cursor
+    /// lies within it (they join the synced set).
+    async fn on_batch(&mut self, b: &Batch) -> Result<(), Gone> {
+        if b.from != self.frontier || b.lost {
+            self.desync_all();
+        }
+        if !b.prev_kv {
+            // Read without prev_kv: watchers that want it take these revisions from the store.
+            let want: Vec<i64> = self
+                .watchers
+                .iter()
+                .filter(|(_, w)| w.synced && w.prev_kv.is_some())
+                .map(|(id, _)| *id)
+                .collect();
+            for id in want {
+                self.make_unsynced(id);
+            }
+        }
+        let mut out: BTreeMap<i64, Vec<Event>> = BTreeMap::new();
+        for e in &b.events {
+            let Some(kv) = &e.kv else { continue };
+            let ids = self.synced_keys.get(&kv.key).into_iter().flatten();
+            let ranges = self
+                .synced_ranges
+                .iter()
+                .filter(|id| self.watchers.get(id).is_some_and(|w| w.contains(&kv.key)));
+            for id in ids.chain(ranges) {
+                if let Some(ev) = self.watchers.get(id).and_then(|w| w.deliver(e)) {
+                    out.entry(*id).or_default().push(ev);
+                }
+            }
+        }
+        if !b.lost {
+            let joining: Vec<i64> = self
+                .unsynced
+                .iter()
+                .filter(|id| {
+                    self.watchers.get(id).is_some_and(|w| {
+                        b.from <= w.next && w.next <= b.to && (b.prev_kv || w.prev_kv.is_none())
+                    })
+                })
+                .copied()
+                .collect();
+            for id in joining {
+                let w = &self.watchers[&id];
+                let evs: Vec<Event> = b
+                    .events
+                    .iter()
+                    .filter(|e| rev_of(e) >= w.next)
+                    .filter(|e| e.kv.as_ref().is_some_and(|kv| w.contains(&kv.key)))
+                    .filter_map(|e| w.deliver(e))
+                    .collect();
+                if !evs.is_empty() {
+                    out.insert(id, evs);
+                }
+                self.make_synced(id);
+            }
+        }
+        self.frontier = self.frontier.max(b.to);
+        for (id, events) in out {
+            let Some(w) = self.watchers.get_mut(&id) else {
+                continue;
+            };
+            w.active = true;
+            let fragment = w.fragment;
+            // At least the revision of the events sent, as etcd's header is.
+            let mut r = self.response(self.ctx.current_revision(), id);
+            r.events = events;
+            self.send_events(r, fragment).await?;
+        }
+        if self.deferred_progress && self.all_synced() {
+            self.send_progress().await?;
+        }
+        Ok(())
+    }
+
+    /// One pass over the unsynced watchers behind the frontier: each reads and sends its
+    /// next batch of events from the store; one that reaches the frontier joins the synced
+    /// set. Returns whether some watcher is still behind.
     async fn sync(&mut self) -> Result<bool, Gone> {
         let mvcc = self.ctx.node.sm.shared.mvcc.clone();
-        let cur = mvcc.current_revision();
         let ids: Vec<i64> = self
-            .watchers
+            .unsynced
             .iter()
-            .filter(|(_, w)| w.next <= cur)
-            .map(|(id, _)| *id)
+            .filter(|id| {
+                self.watchers
+                    .get(id)
+                    .is_some_and(|w| w.next < self.frontier)
+            })
+            .copied()
             .collect();
         let mut behind = false;
         for id in ids {
             let Some(w) = self.watchers.get_mut(&id) else {
                 continue;
             };
-            match mvcc.events_since(w.next, &w.key, &w.range_end, w.prev_kv, EVENTS_PER_READ) {
+            let prev_kv = w.prev_kv.is_some();
+            match mvcc.events_since(w.next, &w.key, &w.range_end, prev_kv, EVENTS_PER_READ) {
                 Ok(read) => {
                     w.next = read.next_revision;
-                    behind |= w.next <= cur;
-                    let events: Vec<Event> = read
-                        .events
-                        .into_iter()
-                        .filter(|e| {
-                            let put = e.r#type == EventType::Put as i32;
-                            !(put && w.no_put || !put && w.no_delete)
-                        })
-                        .collect();
+                    let events: Vec<Event> =
+                        read.events.iter().filter_map(|e| w.deliver(e)).collect();
+                    let (next, fragment) = (w.next, w.fragment);
+                    if !events.is_empty() {
+                        w.active = true;
+                    }
+                    if next == self.frontier {
+                        self.make_synced(id);
+                    } else if next < self.frontier {
+                        behind = true;
+                    }
+                    // Past the frontier: it waits for the batch that covers its cursor.
                     if events.is_empty() {
                         continue;
                     }
-                    w.active = true;
-                    let fragment = w.fragment;
                     // At least the revision of the events just read, as etcd's header is.
                     let mut r = self.response(mvcc.current_revision(), id);
                     r.events = events;
                     self.send_events(r, fragment).await?;
                 }
                 Err(MvccError::Compacted) => {
-                    self.watchers.remove(&id);
+                    self.remove(id);
                     // etcd's compaction cancel carries no header revision.
                     let mut r = self.response(0, id);
                     r.canceled = true;

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Many-watchers benchmark (issue 4): on ONE member of a 3-member cluster, put throughput at
+# 64 clients with no watchers, then with WATCHERS watchers (plus one stalled stream whose
+# client never reads) on the keys being written; the watchers' event latency; and the
+# member's RSS before/after opening the watches. Runs kvd and etcd 3.4 side by side,
+# alternating which goes first each round, with a fresh cluster per system per round (so
+# each round's RSS delta starts from a fresh process); the table reports medians.
+#
+# Usage: benches/compare/watch_bench.sh [out-dir]
+# Env:   ROUNDS (3) WATCHERS (10000) STREAMS (100) WCONNS (10, watch connections)
+#        PUTS (20000) CLIENTS (64) PCONNS (16, put connections) KEYSPACE (1000: each put
+#        is seen by WATCHERS/KEYSPACE watchers) STALLED (1) WARMUP (10000 puts) SYSTEMS ("etcd kvd")
+#        KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/)
+#        ETCD_BIN (etcd)  SKIP_BUILD=1 to use existing binaries
+set -euo pipefail
+trap 'echo "$0: failed at line $LINENO" >&2' ERR
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TD=${CARGO_TARGET_DIR:-$ROOT/target}
+KVD_BIN=${KVD_BIN:-$TD/release/kvd}
+KVBENCH_BIN=${KVBENCH_BIN:-$TD/release/kvbench}
+ETCD_BIN=${ETCD_BIN:-etcd}
+ROUNDS=${ROUNDS:-3}
+WATCHERS=${WATCHERS:-10000}
+STREAMS=${STREAMS:-100}
+WCONNS=${WCONNS:-10}
+PUTS=${PUTS:-20000}
+CLIENTS=${CLIENTS:-64}
+PCONNS=${PCONNS:-16}
+KEYSPACE=${KEYSPACE:-1000}
+STALLED=${STALLED:-1}
+WARMUP=${WARMUP:-10000}
+SYSTEMS=(${SYSTEMS:-etcd kvd})
+OUT=${1:-$(mktemp -d /tmp/watch_bench.XXXXXX)}
+mkdir -p "$OUT"
+
+if [[ " ${SYSTEMS[*]} " == *" etcd "* ]]; then
+  command -v "$ETCD_BIN" >/dev/null || { echo "etcd not found (apt-get install -y etcd-server)" >&2; exit 1; }
+fi
+if [[ -z ${SKIP_BUILD:-} ]]; then
+  (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
+fi
+
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+trap cleanup EXIT
+
+# start_cluster SYSTEM BIN BASEPORT DIR: members m0..m2; client port BASE+10*i, peer +1, metrics +2.
+declare -A MPID CLIENT METRICS
+start_cluster() {
+  local sys=$1 bin=$2 base=$3 dir=$4 ic="" i
+  for i in 0 1 2; do
+    ic+="${ic:+,}m$i=http://127.0.0.1:$((base + 10 * i + 1))"
+  done
+  for i in 0 1 2; do
+    local c=$((base + 10 * i)) p=$((base + 10 * i + 1)) m=$((base + 10 * i + 2))
+    local extra=()
+    [[ $sys == etcd ]] && extra=(--logger=zap --log-level=warn)
+    "$bin" --name "m$i" --data-dir "$dir/$sys-m$i.data" \
+      --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
+      --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
+      --listen-metrics-urls "http://127.0.0.1:$m" \
+      --initial-cluster "$ic" --initial-cluster-state new --initial-cluster-token "wbench-$sys" \
+      "${extra[@]}" >"$dir/$sys-m$i.log" 2>&1 &
+    PIDS+=($!)
+    MPID[$sys,$i]=$!
+    CLIENT[$sys,$i]="127.0.0.1:$c"
+    METRICS[$sys,$i]="http://127.0.0.1:$m/metrics"
+  done
+}
+
+metric() { curl -sf "$1" | awk -v n="$2" '$1 == n { print $2 }'; }
+
+leader() {
+  local i
+  for i in 0 1 2; do
+    [[ $(metric "${METRICS[$1,$i]}" etcd_server_is_leader 2>/dev/null) == 1 ]] && { echo "$i"; return 0; }
+  done
+  return 1
+}
+
+wait_leader() {
+  local t
+  for t in $(seq 1 150); do
+    if leader "$1" >/dev/null; then return 0; fi
+    sleep 0.2
+  done
+  echo "$1: no leader after 30 s; logs in $OUT" >&2
+  exit 1
+}
+
+KEYS=(--key-size 8 --val-size 256 --key-space-size "$KEYSPACE")
+# one SYSTEM ROUND: fresh cluster, warm-up, then the measured run on the leader: RSS, open the
+# watches, RSS, puts with watchers, close the watches, the same puts without (kvbench --baseline).
+one() {
+  local sys=$1 round=$2 bin base
+  if [[ $sys == etcd ]]; then bin=$ETCD_BIN base=24790; else bin=$KVD_BIN base=34790; fi
+  local dir="$OUT/r$round-$sys"
+  mkdir -p "$dir"
+  start_cluster "$sys" "$bin" "$base" "$dir"
+  wait_leader "$sys"
+  local l; l=$(leader "$sys")
+  local ep=${CLIENT[$sys,$l]}
+  "$KVBENCH_BIN" --endpoints "$ep" --json put "${KEYS[@]}" --clients "$CLIENTS" \
+    --conns "$PCONNS" --total "$WARMUP" >/dev/null
+  echo "  $sys r$round: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  "$KVBENCH_BIN" --endpoints "$ep" --json --clients "$CLIENTS" --conns "$WCONNS" --timeout 30 \
+    watch-latency "${KEYS[@]}" --watchers "$WATCHERS" --streams "$STREAMS" \
+    --stalled-watchers "$STALLED" --baseline --put-total "$PUTS" --put-rate 0 \
+    --put-conns "$PCONNS" --rss-pid "${MPID[$sys,$l]}" >"$dir/result.json" \
+    || echo "  $sys r$round: kvbench failed (see $dir/result.json)" >&2
+  python3 - "$dir/result.json" "$sys" "$round" >>"$OUT/raw.tsv" <<'PY'
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception:
+    sys.exit(0)
+w = j["watch"]["latency_ms"]
+print("\t".join(map(str, [sys.argv[2], sys.argv[3], round(j["baseline_put"]["qps"], 1),
+    round(j["put"]["qps"], 1), round(j["put_qps_ratio"], 3), w["p50"], w["p99"], w["max"],
+    j["rss_before_bytes"], j["rss_after_bytes"], round(j["rss_bytes_per_watch"]),
+    j["events_received"], j["events_expected"]])))
+PY
+  tail -1 "$OUT/raw.tsv" | sed 's/^/  /' >&2
+  cleanup
+  rm -rf "$dir"/*.data
+}
+
+echo "output: $OUT" >&2
+: >"$OUT/raw.tsv"
+for r in $(seq 1 "$ROUNDS"); do
+  order=("${SYSTEMS[@]}")
+  if (( r % 2 == 0 )); then order=($(printf '%s\n' "${SYSTEMS[@]}" | tac)); fi
+  for sys in "${order[@]}"; do
+    echo "round $r: $sys" >&2
+    one "$sys" "$r"
+  done
+done
+
+python3 - "$OUT" "$WATCHERS" "$STALLED" "$KEYSPACE" "$CLIENTS" "$PUTS" "$ROUNDS" <<'PY' | tee "$OUT/table.md"
+import statistics, sys, collections
+out, watchers, stalled, keyspace, clients, puts, rounds = sys.argv[1:8]
+rows = collections.defaultdict(list)
+for line in open(f"{out}/raw.tsv"):
+    f = line.rstrip("\n").split("\t")
+    rows[f[0]].append([float(x) for x in f[2:]])
+med = lambda xs: statistics.median(xs)
+print(f"Put at {clients} clients ({puts} puts, 8-byte keys over {keyspace} keys, 256-byte values) "
+      f"on one member, without watchers and with {watchers} watchers on those keys + {stalled} "
+      f"stalled stream; medians of {rounds} rounds.\n")
+print("| system | put qps, no watchers | put qps, with watchers | ratio | event latency p50 / p99 / max (ms) "
+      "| RSS before / after (MiB) | bytes per watch | events received / expected |")
+print("|---|---|---|---|---|---|---|---|")
+for sysname in sorted(rows):
+    r = list(zip(*rows[sysname]))
+    c = [med(x) for x in r]
+    ok = all(a == b for a, b in zip(r[9], r[10]))
+    print(f"| {sysname} | {c[0]:.0f} | {c[1]:.0f} | {c[2]:.3f} | {c[3]:.1f} / {c[4]:.1f} / {c[5]:.1f} "
+          f"| {c[6] / 2**20:.0f} / {c[7] / 2**20:.0f} | {c[8]:.0f} | "
+          f"{'all' if ok else 'MISSING'} ({c[9]:.0f} / {c[10]:.0f}) |")
+PY
