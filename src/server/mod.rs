@@ -12,6 +12,7 @@
 pub mod cluster;
 pub mod context;
 pub mod error;
+pub mod gateway;
 pub mod identity;
 pub mod kv;
 pub mod lease;
@@ -30,6 +31,7 @@ use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::Routes;
 
 use crate::config::Config;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
@@ -189,37 +191,32 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
+    let services = gateway::Services {
+        kv: KvServer::new(kv::KvService { ctx: ctx.clone() })
+            .max_decoding_message_size(max_msg)
+            .max_encoding_message_size(usize::MAX),
+        watch: WatchServer::new(watches::WatchService {
+            ctx: ctx.clone(),
+            progress_interval: cfg.watch_progress_notify_interval,
+        })
+        .max_decoding_message_size(max_msg)
+        .max_encoding_message_size(usize::MAX),
+        lease: LeaseServer::new(lease::LeaseService { ctx: ctx.clone() })
+            .max_decoding_message_size(max_msg),
+        cluster: ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
+            .max_decoding_message_size(max_msg),
+        maintenance: MaintenanceServer::new(maintenance::MaintenanceService {
+            ctx: ctx.clone(),
+            db_dir: member_dir.join("sm").join("db"),
+        })
+        .max_decoding_message_size(max_msg),
+    };
     for l in client_listeners {
         let fut = tonic::transport::Server::builder()
-            .layer(crate::metrics::GrpcMetricsLayer)
-            .add_service(
-                KvServer::new(kv::KvService { ctx: ctx.clone() })
-                    .max_decoding_message_size(max_msg)
-                    .max_encoding_message_size(usize::MAX),
-            )
-            .add_service(
-                WatchServer::new(watches::WatchService {
-                    ctx: ctx.clone(),
-                    progress_interval: cfg.watch_progress_notify_interval,
-                })
-                .max_decoding_message_size(max_msg)
-                .max_encoding_message_size(usize::MAX),
-            )
-            .add_service(
-                LeaseServer::new(lease::LeaseService { ctx: ctx.clone() })
-                    .max_decoding_message_size(max_msg),
-            )
-            .add_service(
-                ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
-                    .max_decoding_message_size(max_msg),
-            )
-            .add_service(
-                MaintenanceServer::new(maintenance::MaintenanceService {
-                    ctx: ctx.clone(),
-                    db_dir: member_dir.join("sm").join("db"),
-                })
-                .max_decoding_message_size(max_msg),
-            )
+            // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
+            // the HTTP/2 preface), as etcd multiplexes both on its client port.
+            .accept_http1(true)
+            .add_routes(client_routes(&services, &node))
             .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(stop_rx.clone()));
         tasks.push(tokio::spawn(fut));
     }
@@ -280,6 +277,23 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         t.abort();
     }
     Ok(())
+}
+
+/// A client listener's routes: the etcd gRPC services (counted by the gRPC metrics), the JSON
+/// gateway and its plain endpoints, and a fallback that answers gRPC calls to unknown methods
+/// with `Unimplemented` and anything else with 404.
+fn client_routes(services: &gateway::Services, node: &RaftNode) -> Routes {
+    let grpc = Routes::new(services.kv.clone())
+        .add_service(services.watch.clone())
+        .add_service(services.lease.clone())
+        .add_service(services.cluster.clone())
+        .add_service(services.maintenance.clone())
+        .into_axum_router()
+        .layer(crate::metrics::GrpcMetricsLayer);
+    Routes::from(
+        grpc.merge(gateway::router(services.clone(), node.clone()))
+            .fallback(gateway::not_found),
+    )
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
