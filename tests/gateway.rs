@@ -360,7 +360,7 @@ async fn lease_calls_through_the_gateway() {
     let (status, e) = gw
         .post("/v3/lease/grant", json!({"TTL": 60, "ID": 1234}))
         .await;
-    assert_eq!(status, 400);
+    assert_eq!(status, 412);
     unary_error(&e, 9, "etcdserver: lease already exists");
 
     gw.ok(
