@@ -3,7 +3,8 @@
 //!
 //! `POST /v3/<service>/<call>` with a JSON request body answers the call's response as JSON;
 //! `/v3/watch` and `/v3/lease/keepalive` stream `{"result": ...}` chunks. `/v3beta/...` is an
-//! alias, as in etcd 3.4. `GET /version` and `GET /health` answer as etcd's.
+//! alias, as in etcd 3.4. `GET /version` and `GET /health` answer as etcd's, and all of them
+//! carry etcd's permissive CORS headers.
 //!
 //! Invariants:
 //! - Every call goes through the same tonic servers as gRPC ([`call`]), so semantics, limits
@@ -159,7 +160,32 @@ pub fn router(services: Services, node: RaftNode) -> Router {
     }
     r.route("/version", get(version))
         .route("/health", get(health))
+        .layer(axum::middleware::from_fn(cors))
         .with_state(Arc::new(Gateway { services, node }))
+}
+
+/// etcd's default CORS handling of its HTTP endpoints: every answer allows any origin, and a
+/// preflight `OPTIONS` is answered 200 without reaching the handler.
+async fn cors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut resp = if req.method() == axum::http::Method::OPTIONS {
+        StatusCode::OK.into_response()
+    } else {
+        next.run(req).await
+    };
+    let h = resp.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("accept, content-type, authorization"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    resp
 }
 
 fn plain(status: StatusCode, body: &'static str) -> Response {
