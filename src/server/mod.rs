@@ -216,7 +216,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
             // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
             // the HTTP/2 preface), as etcd multiplexes both on its client port.
             .accept_http1(true)
-            .add_routes(client_routes(&services, &node))
+            .add_routes(client_routes(&services, &node, max_msg))
             .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(stop_rx.clone()));
         tasks.push(tokio::spawn(fut));
     }
@@ -282,7 +282,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
 /// A client listener's routes: the etcd gRPC services (counted by the gRPC metrics), the JSON
 /// gateway and its plain endpoints, and a fallback that answers gRPC calls to unknown methods
 /// with `Unimplemented` and anything else with 404.
-fn client_routes(services: &gateway::Services, node: &RaftNode) -> Routes {
+fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) -> Routes {
     let grpc = Routes::new(services.kv.clone())
         .add_service(services.watch.clone())
         .add_service(services.lease.clone())
@@ -291,7 +291,8 @@ fn client_routes(services: &gateway::Services, node: &RaftNode) -> Routes {
         .into_axum_router()
         .layer(crate::metrics::GrpcMetricsLayer);
     Routes::from(
-        grpc.merge(gateway::router(services.clone(), node.clone()))
+        // JSON carries bytes as base64 (4/3 larger) plus field names and quotes.
+        grpc.merge(gateway::router(services.clone(), node.clone(), 2 * max_msg))
             .fallback(gateway::not_found),
     )
 }

@@ -146,7 +146,9 @@ fn calls() -> Vec<(&'static str, Route)> {
 }
 
 /// The gateway's routes, to be merged with the gRPC routes on a client listener.
-pub fn router(services: Services, node: RaftNode) -> Router {
+/// `max_body` bounds a unary request body (axum's own default, 2 MiB, is below what a
+/// maximal put needs once its value is base64 in JSON).
+pub fn router(services: Services, node: RaftNode, max_body: usize) -> Router {
     let mut r = Router::new();
     for prefix in ["/v3", "/v3beta"] {
         for (path, route) in calls() {
@@ -161,6 +163,7 @@ pub fn router(services: Services, node: RaftNode) -> Router {
     r.route("/version", get(version))
         .route("/health", get(health))
         .layer(axum::middleware::from_fn(cors))
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(Arc::new(Gateway { services, node }))
 }
 
