@@ -44,8 +44,14 @@ async fn metrics(State(s): State<Scrape>) -> impl IntoResponse {
     )
 }
 
+/// The one health rule, shared with the client port's `/health`: healthy exactly while the
+/// member has a live leader.
+pub fn healthy(node: &crate::raft::RaftNode) -> bool {
+    node.has_leader()
+}
+
 async fn health(State(s): State<Scrape>) -> impl IntoResponse {
-    let (code, body) = if s.node.has_leader() {
+    let (code, body) = if healthy(&s.node) {
         (StatusCode::OK, r#"{"health":"true","reason":""}"#)
     } else {
         (

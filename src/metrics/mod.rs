@@ -25,7 +25,7 @@ mod text;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 
 pub use collect::{render, Scrape};
-pub use endpoint::{router, serve};
+pub use endpoint::{healthy, router, serve};
 pub use grpc::GrpcMetricsLayer;
 pub use histogram::AtomicHistogram;
 

@@ -12,6 +12,7 @@
 pub mod cluster;
 pub mod context;
 pub mod error;
+pub mod gateway;
 pub mod identity;
 pub mod kv;
 pub mod lease;
@@ -30,7 +31,7 @@ use std::time::Duration;
 use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::Routes;
 
 use crate::config::Config;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
@@ -185,7 +186,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         .max_encoding_message_size(MAX_PEER_MESSAGE);
         let fut = tonic::transport::Server::builder()
             .add_service(svc)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(stop_rx.clone()));
+            .serve_with_incoming_shutdown(incoming(l), stopped(stop_rx.clone()));
         tasks.push(tokio::spawn(fut));
     }
     let ctx = ServerCtx {
@@ -198,38 +199,33 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
+    let services = gateway::Services {
+        kv: KvServer::new(kv::KvService { ctx: ctx.clone() })
+            .max_decoding_message_size(max_msg)
+            .max_encoding_message_size(usize::MAX),
+        watch: WatchServer::new(watches::WatchService::new(
+            ctx.clone(),
+            cfg.watch_progress_notify_interval,
+        ))
+        .max_decoding_message_size(max_msg)
+        .max_encoding_message_size(usize::MAX),
+        lease: LeaseServer::new(lease::LeaseService { ctx: ctx.clone() })
+            .max_decoding_message_size(max_msg),
+        cluster: ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
+            .max_decoding_message_size(max_msg),
+        maintenance: MaintenanceServer::new(maintenance::MaintenanceService {
+            ctx: ctx.clone(),
+            db_dir: member_dir.join("sm").join("db"),
+        })
+        .max_decoding_message_size(max_msg),
+    };
     for l in client_listeners {
         let fut = tonic::transport::Server::builder()
-            .layer(crate::metrics::GrpcMetricsLayer)
-            .add_service(
-                KvServer::new(kv::KvService { ctx: ctx.clone() })
-                    .max_decoding_message_size(max_msg)
-                    .max_encoding_message_size(usize::MAX),
-            )
-            .add_service(
-                WatchServer::new(watches::WatchService::new(
-                    ctx.clone(),
-                    cfg.watch_progress_notify_interval,
-                ))
-                .max_decoding_message_size(max_msg)
-                .max_encoding_message_size(usize::MAX),
-            )
-            .add_service(
-                LeaseServer::new(lease::LeaseService { ctx: ctx.clone() })
-                    .max_decoding_message_size(max_msg),
-            )
-            .add_service(
-                ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
-                    .max_decoding_message_size(max_msg),
-            )
-            .add_service(
-                MaintenanceServer::new(maintenance::MaintenanceService {
-                    ctx: ctx.clone(),
-                    db_dir: member_dir.join("sm").join("db"),
-                })
-                .max_decoding_message_size(max_msg),
-            )
-            .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(stop_rx.clone()));
+            // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
+            // the HTTP/2 preface), as etcd multiplexes both on its client port.
+            .accept_http1(true)
+            .add_routes(client_routes(&services, &node, max_msg))
+            .serve_with_incoming_shutdown(incoming(l), stopped(stop_rx.clone()));
         tasks.push(tokio::spawn(fut));
     }
 
@@ -296,6 +292,31 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         t.abort();
     }
     Ok(())
+}
+
+/// A client listener's routes: the etcd gRPC services (counted by the gRPC metrics), the JSON
+/// gateway and its plain endpoints, and a fallback that answers gRPC calls to unknown methods
+/// with `Unimplemented` and anything else with 404.
+fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) -> Routes {
+    let grpc = Routes::new(services.kv.clone())
+        .add_service(services.watch.clone())
+        .add_service(services.lease.clone())
+        .add_service(services.cluster.clone())
+        .add_service(services.maintenance.clone())
+        .into_axum_router()
+        .layer(crate::metrics::GrpcMetricsLayer);
+    Routes::from(
+        // JSON carries bytes as base64 (4/3 larger) plus field names and quotes.
+        grpc.merge(gateway::router(services.clone(), node.clone(), 2 * max_msg))
+            .fallback(gateway::not_found),
+    )
+}
+
+/// Accepted connections with Nagle's algorithm off. Small gRPC responses (append acks,
+/// reads) otherwise wait for the peer's delayed ACK, tens of milliseconds each; tonic sets
+/// TCP_NODELAY only on listeners it binds itself.
+fn incoming(l: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {

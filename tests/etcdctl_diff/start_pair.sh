@@ -7,7 +7,8 @@
 # Environment: KVD_BIN (default target/release/kvd; kvd accepts etcd's flags, so
 # KVD_BIN=$(command -v etcd) compares two etcds, which validates the script itself),
 # ETCD_BIN (default etcd), ETCDCTL (default etcdctl, used for the readiness check), and
-# CTL_A/CTL_B/COMMANDS/KEEP_OUT as for run.sh.
+# CTL_A/CTL_B/COMMANDS/KEEP_OUT as for run.sh; RUN (default run.sh) is the script run against
+# the pair, e.g. RUN=$HERE/gateway_diff.sh for the JSON gateway's differential test.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -94,4 +95,4 @@ PID_B=$SERVER_PID
 wait_ready etcd "$EP_A" "$PID_A"
 wait_ready kvd "$EP_B" "$PID_B"
 echo "etcd at $EP_A, kvd ($KVD_BIN) at $EP_B" >&2
-"$HERE/run.sh" "$EP_A" "$EP_B"
+"${RUN:-$HERE/run.sh}" "$EP_A" "$EP_B"

@@ -1,0 +1,136 @@
+//! Running one gateway request as a gRPC call on this member's own services.
+//!
+//! Like etcd's gateway, which is a gRPC client of its own member, the gateway calls the same
+//! tonic servers that serve the client port, in process (no socket, but the same request
+//! limits, handlers and statuses), so a JSON request and a gRPC request cannot behave
+//! differently.
+//!
+//! Stream calls follow grpc-gateway v1: the first request message is decoded before the call
+//! starts (a body that does not decode fails the request as a whole); later messages are
+//! forwarded as they arrive and the end of the body half-closes the request stream. The
+//! response is streamed as `{"result": ...}` chunks; a call that fails before its first
+//! message answers with the error's HTTP status, one that fails later appends an error chunk.
+
+use std::future::Future;
+
+use axum::body::{Body, Bytes};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{MetadataKey, MetadataValue};
+use tonic::{Code, Status, Streaming};
+
+use super::json;
+
+/// grpc-gateway forwards `Grpc-Metadata-<name>` headers as gRPC metadata `<name>` (e.g.
+/// `Grpc-Metadata-hasleader: true` asks for etcd's require-leader mode).
+fn request_with_metadata<T>(headers: &HeaderMap, msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    for (name, value) in headers {
+        let Some(md) = name.as_str().strip_prefix("grpc-metadata-") else {
+            continue;
+        };
+        if let (Ok(k), Ok(v)) = (
+            MetadataKey::from_bytes(md.as_bytes()),
+            MetadataValue::try_from(value.as_bytes()),
+        ) {
+            req.metadata_mut().append(k, v);
+        }
+    }
+    req
+}
+
+/// A unary call: decode the body, call, encode the response or the error.
+pub async fn unary<Req, Resp, F, Fut>(headers: &HeaderMap, body: &Bytes, call: F) -> Response
+where
+    Req: DeserializeOwned + Default,
+    Resp: Serialize,
+    F: FnOnce(tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+{
+    let msg = match json::decode_unary::<Req>(body) {
+        Ok(m) => m,
+        Err(s) => return json::unary_error(&s),
+    };
+    match call(request_with_metadata(headers, msg)).await {
+        Ok(r) => json::message(r.get_ref()),
+        Err(s) => json::unary_error(&s),
+    }
+}
+
+/// Aborts the body-decoding task when the response is dropped (the client went away or the
+/// response stream ended), so it does not wait on a body nobody needs any more.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A bidirectional stream call (Watch, LeaseKeepAlive).
+pub async fn bidi<Req, Resp, F, Fut>(headers: &HeaderMap, body: Body, call: F) -> Response
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    F: FnOnce(tonic::Request<ReceiverStream<Req>>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Streaming<Resp>>, Status>>,
+{
+    let mut input = json::MessageStream::new(body.into_data_stream());
+    let (tx, rx) = mpsc::channel::<Req>(16);
+    match input.next::<Req>().await {
+        Some(Ok(m)) => {
+            let _ = tx.try_send(m);
+        }
+        // grpc-gateway passes the decoder's error on as is: code Unknown.
+        Some(Err(e)) => return json::unary_error(&Status::new(Code::Unknown, e)),
+        None => {}
+    }
+    let forward = tokio::spawn(async move {
+        while let Some(Ok(m)) = input.next::<Req>().await {
+            if tx.send(m).await.is_err() {
+                return;
+            }
+        }
+        // Dropping tx half-closes the request stream, as the end of the body should.
+    });
+    let guard = AbortOnDrop(forward);
+    let mut out = match call(request_with_metadata(headers, ReceiverStream::new(rx))).await {
+        Ok(r) => r.into_inner(),
+        Err(s) => return json::stream_failed(&s),
+    };
+    let first = match out.message().await {
+        Ok(Some(m)) => json::result_chunk(&m),
+        Ok(None) => return json::stream_response(futures::stream::empty()),
+        Err(s) => return json::stream_failed(&s),
+    };
+    let rest = futures::stream::unfold(Some((out, guard)), |state| async move {
+        let (mut out, guard) = state?;
+        match out.message().await {
+            Ok(Some(m)) => Some((json::result_chunk(&m), Some((out, guard)))),
+            Ok(None) => None,
+            Err(s) => Some((json::error_chunk(&s), None)),
+        }
+    });
+    json::stream_response(futures::stream::once(async move { first }).chain(rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn grpc_metadata_headers_become_metadata() {
+        let mut h = HeaderMap::new();
+        h.insert("grpc-metadata-hasleader", HeaderValue::from_static("true"));
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        let r = request_with_metadata(&h, ());
+        assert_eq!(r.metadata().get("hasleader").unwrap(), "true");
+        assert!(r.metadata().get("content-type").is_none());
+    }
+}

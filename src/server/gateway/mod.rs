@@ -1,0 +1,271 @@
+//! etcd's JSON gateway (grpc-gateway v1, as etcd 3.4 serves it) and its plain HTTP endpoints,
+//! on the client port beside gRPC.
+//!
+//! `POST /v3/<service>/<call>` with a JSON request body answers the call's response as JSON;
+//! `/v3/watch` and `/v3/lease/keepalive` stream `{"result": ...}` chunks. `/v3beta/...` is an
+//! alias, as in etcd 3.4. `GET /version` and `GET /health` answer as etcd's, and all of them
+//! carry etcd's permissive CORS headers.
+//!
+//! Invariants:
+//! - Every call goes through the same tonic servers as gRPC ([`call`]), so semantics, limits
+//!   and errors are the gRPC ones; the gateway only translates JSON.
+//! - The paths are etcd's (rpc.proto's `google.api.http` bindings), including the
+//!   `/v3/kv/lease/...` aliases etcd keeps for older clients.
+
+mod call;
+pub mod json;
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post, MethodRouter};
+use axum::Router;
+
+use super::cluster::ClusterService;
+use super::kv::KvService;
+use super::lease::LeaseService;
+use super::maintenance::{MaintenanceService, ETCD_VERSION};
+use super::watches::WatchService;
+use crate::proto::etcdserverpb::cluster_client::ClusterClient;
+use crate::proto::etcdserverpb::cluster_server::ClusterServer;
+use crate::proto::etcdserverpb::kv_client::KvClient;
+use crate::proto::etcdserverpb::kv_server::KvServer;
+use crate::proto::etcdserverpb::lease_client::LeaseClient;
+use crate::proto::etcdserverpb::lease_server::LeaseServer;
+use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::etcdserverpb::watch_client::WatchClient;
+use crate::proto::etcdserverpb::watch_server::WatchServer;
+use crate::raft::RaftNode;
+
+/// The member's client-facing gRPC servers, which the gRPC routes and the gateway share.
+#[derive(Clone)]
+pub struct Services {
+    pub kv: KvServer<KvService>,
+    pub watch: WatchServer<WatchService>,
+    pub lease: LeaseServer<LeaseService>,
+    pub cluster: ClusterServer<ClusterService>,
+    pub maintenance: MaintenanceServer<MaintenanceService>,
+}
+
+/// In-process clients of [`Services`]. Responses may be as large as the servers allow to
+/// encode, so the clients decode without tonic's 4 MiB default limit.
+impl Services {
+    fn kv(&self) -> KvClient<KvServer<KvService>> {
+        KvClient::new(self.kv.clone()).max_decoding_message_size(usize::MAX)
+    }
+    fn watch(&self) -> WatchClient<WatchServer<WatchService>> {
+        WatchClient::new(self.watch.clone()).max_decoding_message_size(usize::MAX)
+    }
+    fn lease(&self) -> LeaseClient<LeaseServer<LeaseService>> {
+        LeaseClient::new(self.lease.clone()).max_decoding_message_size(usize::MAX)
+    }
+    fn cluster(&self) -> ClusterClient<ClusterServer<ClusterService>> {
+        ClusterClient::new(self.cluster.clone()).max_decoding_message_size(usize::MAX)
+    }
+    fn maintenance(&self) -> MaintenanceClient<MaintenanceServer<MaintenanceService>> {
+        MaintenanceClient::new(self.maintenance.clone()).max_decoding_message_size(usize::MAX)
+    }
+}
+
+#[derive(Clone)]
+struct Gateway {
+    services: Services,
+    node: RaftNode,
+}
+
+type Route = MethodRouter<Arc<Gateway>>;
+
+/// A unary call `$client.$method` at `POST`.
+macro_rules! unary {
+    ($client:ident, $method:ident) => {
+        post(
+            |State(g): State<Arc<Gateway>>, h: HeaderMap, b: Bytes| async move {
+                call::unary(
+                    &h,
+                    &b,
+                    |r| async move { g.services.$client().$method(r).await },
+                )
+                .await
+            },
+        )
+    };
+}
+
+/// A bidirectional stream call `$client.$method` at `POST`.
+macro_rules! bidi {
+    ($client:ident, $method:ident) => {
+        post(
+            |State(g): State<Arc<Gateway>>, h: HeaderMap, b: Body| async move {
+                call::bidi(
+                    &h,
+                    b,
+                    |r| async move { g.services.$client().$method(r).await },
+                )
+                .await
+            },
+        )
+    };
+}
+
+/// etcd 3.4's gateway paths, relative to the `/v3` (or `/v3beta`) prefix.
+fn calls() -> Vec<(&'static str, Route)> {
+    vec![
+        ("/kv/range", unary!(kv, range)),
+        ("/kv/put", unary!(kv, put)),
+        ("/kv/deleterange", unary!(kv, delete_range)),
+        ("/kv/txn", unary!(kv, txn)),
+        ("/kv/compaction", unary!(kv, compact)),
+        ("/watch", bidi!(watch, watch)),
+        ("/lease/grant", unary!(lease, lease_grant)),
+        ("/lease/revoke", unary!(lease, lease_revoke)),
+        ("/kv/lease/revoke", unary!(lease, lease_revoke)),
+        ("/lease/keepalive", bidi!(lease, lease_keep_alive)),
+        ("/lease/timetolive", unary!(lease, lease_time_to_live)),
+        ("/kv/lease/timetolive", unary!(lease, lease_time_to_live)),
+        ("/lease/leases", unary!(lease, lease_leases)),
+        ("/kv/lease/leases", unary!(lease, lease_leases)),
+        ("/cluster/member/add", unary!(cluster, member_add)),
+        ("/cluster/member/remove", unary!(cluster, member_remove)),
+        ("/cluster/member/update", unary!(cluster, member_update)),
+        ("/cluster/member/list", unary!(cluster, member_list)),
+        ("/cluster/member/promote", unary!(cluster, member_promote)),
+        ("/maintenance/alarm", unary!(maintenance, alarm)),
+        ("/maintenance/status", unary!(maintenance, status)),
+        ("/maintenance/defragment", unary!(maintenance, defragment)),
+        ("/maintenance/hash", unary!(maintenance, hash)),
+        ("/maintenance/hashkv", unary!(maintenance, hash_kv)),
+        (
+            "/maintenance/transfer-leadership",
+            unary!(maintenance, move_leader),
+        ),
+    ]
+}
+
+/// The gateway's routes, to be merged with the gRPC routes on a client listener.
+/// `max_body` bounds a unary request body (axum's own default, 2 MiB, is below what a
+/// maximal put needs once its value is base64 in JSON).
+pub fn router(services: Services, node: RaftNode, max_body: usize) -> Router {
+    let mut r = Router::new();
+    for prefix in ["/v3", "/v3beta"] {
+        for (path, route) in calls() {
+            // grpc-gateway answers other methods on a known path with a plain-text 405.
+            r = r.route(
+                &format!("{prefix}{path}"),
+                route.fallback(method_not_allowed),
+            );
+        }
+        r = r.route(&format!("{prefix}/{{*rest}}"), any(unknown_call));
+    }
+    r.route("/version", get(version))
+        .route("/health", get(health))
+        .layer(axum::middleware::from_fn(cors))
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .with_state(Arc::new(Gateway { services, node }))
+}
+
+/// etcd's default CORS handling of its HTTP endpoints: every answer allows any origin, and a
+/// preflight `OPTIONS` is answered 200 without reaching the handler.
+async fn cors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut resp = if req.method() == axum::http::Method::OPTIONS {
+        StatusCode::OK.into_response()
+    } else {
+        next.run(req).await
+    };
+    let h = resp.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("accept, content-type, authorization"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    resp
+}
+
+fn plain(status: StatusCode, body: &'static str) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n")
+}
+
+/// Anything no route takes: a gRPC call to an unknown method is `Unimplemented` (as tonic
+/// answers), any other request Go's plain 404.
+pub async fn not_found(req: axum::extract::Request) -> Response {
+    let grpc = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        let (parts, ()) = tonic::Status::unimplemented("")
+            .into_http::<()>()
+            .into_parts();
+        return Response::from_parts(parts, Body::empty());
+    }
+    plain(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+async fn unknown_call() -> Response {
+    plain(StatusCode::NOT_FOUND, "Not Found\n")
+}
+
+/// etcd's cluster version: the major.minor the members agree on, as "X.Y.0".
+fn cluster_version() -> String {
+    let mut parts = ETCD_VERSION.splitn(3, '.');
+    let major = parts.next().unwrap_or("3");
+    let minor = parts.next().unwrap_or("0");
+    format!("{major}.{minor}.0")
+}
+
+/// `GET /version`'s body, fields in etcd's order.
+#[derive(serde::Serialize)]
+struct Versions {
+    etcdserver: &'static str,
+    etcdcluster: String,
+}
+
+async fn version() -> Response {
+    json::message(&Versions {
+        etcdserver: ETCD_VERSION,
+        etcdcluster: cluster_version(),
+    })
+}
+
+/// etcd 3.4's client-port `/health`: `{"health":"true"}`, or `{"health":"false"}` with 503
+/// when the member has no leader (the same rule as the metrics listener's `/health`).
+async fn health(State(g): State<Arc<Gateway>>) -> Response {
+    if crate::metrics::healthy(&g.node) {
+        plain(StatusCode::OK, r#"{"health":"true"}"#)
+    } else {
+        plain(StatusCode::SERVICE_UNAVAILABLE, "{\"health\":\"false\"}\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_version_is_major_minor_zero() {
+        assert_eq!(cluster_version(), "3.5.0");
+        assert!(ETCD_VERSION.starts_with("3.5."));
+    }
+}
