@@ -155,11 +155,17 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
                 )
             })
             .collect();
-        if let Err(e) = raft.initialize(members).await {
-            // Every member of a new cluster initializes with the same config; a member that
-            // already heard from a leader refuses, which is fine.
-            tracing::debug!("initialize: {e}");
-        }
+        // Not awaited before serving: openraft answers only once the first entry is
+        // flushed, and a member whose peer server is not up yet cannot take part in what
+        // follows (a test cluster once never saw its third member come up).
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            if let Err(e) = raft.initialize(members).await {
+                // Every member of a new cluster initializes with the same config; a member
+                // that already heard from a leader refuses, which is fine.
+                tracing::debug!("initialize: {e}");
+            }
+        });
     }
 
     let reconfig = Arc::new(membership::Reconfig::new(

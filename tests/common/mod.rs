@@ -15,12 +15,24 @@ use tonic::transport::Channel;
 
 pub mod faults;
 
+/// A loopback port for a member to listen on. Ports come from below the kernel's ephemeral
+/// range (32768+ on Linux), so no outgoing connection of another member can take one between
+/// here and the member's bind (that raced when many clusters ran at once: a member never came
+/// up). A per-process counter keeps tests of one binary from getting the same port; the
+/// process id spreads concurrent binaries apart.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (start + n) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub struct MemberProc {
