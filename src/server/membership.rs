@@ -165,8 +165,13 @@ impl Reconfig {
             Ok(Err(s)) if s.message() == ApiError::NotLeader.to_string() => {
                 Err(ApiError::NotLeader)
             }
-            // The leader is unreachable: treat it like a leader change and look again.
-            Ok(Err(s)) if s.code() == tonic::Code::Unavailable && s.message().is_empty() => {
+            // The leader is unreachable (a transport error such as "tcp connect error", not
+            // one of the leader's own "etcdserver: ..." refusals): treat it like a leader
+            // change and look again.
+            Ok(Err(s))
+                if s.code() == tonic::Code::Unavailable
+                    && !s.message().starts_with("etcdserver:") =>
+            {
                 Err(ApiError::NotLeader)
             }
             Ok(Err(s)) => Err(ApiError::Remote(s.code(), s.message().to_string())),

@@ -48,21 +48,8 @@ fail() {
 }
 step() { echo "== $*" >&2; }
 
-USED=" "
-free_port() {
-    local p
-    while :; do
-        # Below the kernel's ephemeral range (32768+): an outgoing connection of a running
-        # member could otherwise take the port before the member that was given it binds.
-        p=$((12000 + RANDOM % 20000))
-        [[ $USED == *" $p "* ]] && continue
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            USED+="$p "
-            echo "$p"
-            return
-        fi
-    done
-}
+# shellcheck source=ports.sh
+source "$HERE/ports.sh"
 
 ctl() { "$ETCDCTL" --command-timeout=5s "$@"; }
 
