@@ -13,6 +13,14 @@ use crate::ops::Op;
 use crate::Global;
 
 /// Latencies are recorded in microseconds, 1 us .. 1 h at 3 significant digits.
+/// Counts a failed request and keeps the first few messages for the summary.
+pub fn note_error(errors: &mut u64, samples: &mut Vec<String>, msg: impl FnOnce() -> String) {
+    *errors += 1;
+    if samples.len() < 3 {
+        samples.push(msg());
+    }
+}
+
 pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
@@ -70,16 +78,14 @@ pub async fn run(g: &Global, channels: Vec<Channel>, op: Op) -> anyhow::Result<R
                         hist.saturating_record(us);
                     }
                     Ok(Err(s)) => {
-                        errors += 1;
-                        if samples.len() < 3 {
-                            samples.push(format!("{:?}: {}", s.code(), s.message()));
-                        }
+                        note_error(&mut errors, &mut samples, || {
+                            format!("{:?}: {}", s.code(), s.message())
+                        });
                     }
                     Err(_) => {
-                        errors += 1;
-                        if samples.len() < 3 {
-                            samples.push(format!("timed out after {timeout:?}"));
-                        }
+                        note_error(&mut errors, &mut samples, || {
+                            format!("timed out after {timeout:?}")
+                        });
                     }
                 }
                 pb.inc(1);

@@ -40,7 +40,7 @@ use tonic::Streaming;
 
 use crate::keys::KeyGen;
 use crate::report::Summary;
-use crate::runner::{new_histogram, RunResult};
+use crate::runner::{new_histogram, note_error, RunResult};
 use crate::{conns, Global, KeyArgs};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -140,16 +140,14 @@ async fn run_puts(g: &Global, a: &WatchArgs, keys: &KeyGen, label: &str) -> anyh
                         done.push((rev, (t1, i % keys.space())));
                     }
                     Ok(Err(s)) => {
-                        errors += 1;
-                        if samples.len() < 3 {
-                            samples.push(format!("{:?}: {}", s.code(), s.message()));
-                        }
+                        note_error(&mut errors, &mut samples, || {
+                            format!("{:?}: {}", s.code(), s.message())
+                        });
                     }
                     Err(_) => {
-                        errors += 1;
-                        if samples.len() < 3 {
-                            samples.push(format!("timed out after {timeout:?}"));
-                        }
+                        note_error(&mut errors, &mut samples, || {
+                            format!("timed out after {timeout:?}")
+                        });
                     }
                 }
                 pb.inc(1);
