@@ -270,7 +270,9 @@ impl Lease for LeaseService {
 /// revokes for expired leases. Runs until the Raft node shuts down.
 pub async fn lessor_duties(node: RaftNode) {
     let lessor = &node.sm.shared.lessor;
-    let mut metrics = node.raft.metrics();
+    // Server metrics (term, leader, state, membership) rather than the full metrics, which change
+    // on every append and apply.
+    let mut metrics = node.raft.server_metrics();
     let mut tick = tokio::time::interval(EXPIRY_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -512,7 +512,9 @@ pub async fn removed(
     mut was_member: bool,
     mut notice: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut rx = node.raft.metrics();
+    // Server metrics change with term, leader and membership only; the full metrics change on
+    // every append and apply, which woke this task several times per write.
+    let mut rx = node.raft.server_metrics();
     loop {
         {
             let m = rx.borrow_watched();
