@@ -418,3 +418,34 @@ async fn restarted_leader_does_not_resume_its_old_term() {
         );
     }
 }
+
+/// Requests above --max-request-bytes get etcd's errors at both limits (the handler's check,
+/// and the transport's at max-request-bytes + 512 KiB), and neither writes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_requests_get_etcds_errors_and_write_nothing() {
+    use kvd::proto::etcdserverpb::PutRequest;
+    let c = Cluster::start(1).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    // etcd's clients cap what they send; this one sends anything, as a misbehaving one would.
+    let mut kv = c.kv(0).await.max_encoding_message_size(usize::MAX);
+    let big_put = |n: usize| PutRequest {
+        key: "big".into(),
+        value: vec![b'v'; n],
+        ..Default::default()
+    };
+    // Above the default 1.5 MiB --max-request-bytes, below the 2 MiB transport limit.
+    let e = kv.put(big_put(1_700_000)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert_eq!(e.message(), "etcdserver: request is too large");
+    // Above the transport limit: grpc-go's status, as etcd's clients expect it.
+    let e = kv.put(big_put(3_000_000)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "grpc: received message larger than max (3000010 vs. 2097152)"
+    );
+    // Nothing was written and the member still serves.
+    assert_eq!(get(&mut kv, "big").await.unwrap(), None);
+    put(&mut kv, "small", "ok").await.unwrap();
+    assert_eq!(get(&mut kv, "small").await.unwrap().as_deref(), Some("ok"));
+}

@@ -18,6 +18,7 @@ pub mod kv;
 pub mod lease;
 pub mod maintenance;
 pub mod membership;
+pub mod oversize;
 pub mod watch_hub;
 pub mod watches;
 
@@ -310,6 +311,7 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         .add_service(services.cluster.clone())
         .add_service(services.maintenance.clone())
         .into_axum_router()
+        .layer(oversize::OversizeLayer)
         .layer(crate::metrics::GrpcMetricsLayer);
     Routes::from(
         // JSON carries bytes as base64 (4/3 larger) plus field names and quotes.
