@@ -579,11 +579,12 @@ impl WatchStream {
                 }
                 Err(MvccError::Compacted) => {
                     self.remove(id);
-                    // etcd's compaction cancel carries no header revision.
+                    // etcd 3.4's compaction cancel carries no header revision and no
+                    // cancel_reason: clients read compact_revision (clientv3 turns it into
+                    // ErrCompacted itself).
                     let mut r = self.response(0, id);
                     r.canceled = true;
                     r.compact_revision = mvcc.compacted_revision();
-                    r.cancel_reason = MvccError::Compacted.to_string();
                     self.send(r).await?;
                 }
                 Err(e) => {
