@@ -107,10 +107,10 @@ enum Cmd {
         #[arg(long, default_value = ".")]
         dir: std::path::PathBuf,
         /// Number of write+fdatasync iterations.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = kvd::diskcheck::DEFAULT_COUNT)]
         count: u64,
         /// Bytes per write.
-        #[arg(long, default_value_t = 2300)]
+        #[arg(long, default_value_t = kvd::diskcheck::DEFAULT_SIZE)]
         size: usize,
     },
 }

@@ -23,8 +23,7 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
-pub const PERCENTILES: [(&str, f64); 4] =
-    [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)];
+pub use kvd::diskcheck::PERCENTILES;
 
 /// `n` equal-width buckets from min to max latency (like etcd's tool): (upper bound us, count).
 pub fn buckets(h: &Histogram<u64>, n: usize) -> Vec<(u64, u64)> {

@@ -7,6 +7,7 @@ mod error;
 mod gofmt;
 mod ops;
 mod output;
+mod progress;
 mod table;
 mod txn_parse;
 

@@ -20,6 +20,7 @@ mod collect;
 mod endpoint;
 mod grpc;
 mod histogram;
+mod recent;
 mod text;
 
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -28,6 +29,7 @@ pub use collect::{render, Scrape};
 pub use endpoint::{healthy, router, serve};
 pub use grpc::GrpcMetricsLayer;
 pub use histogram::AtomicHistogram;
+pub use recent::{RecentLatency, RecentSummary, WINDOW_SECS};
 
 /// Duration of each state-machine apply batch's sled transaction (etcd:
 /// `etcd_disk_backend_commit_duration_seconds`, same buckets as the WAL fsync histogram).

@@ -49,6 +49,7 @@ impl Maintenance for MaintenanceService {
         let node = &self.ctx.node;
         let m = node.raft.metrics().borrow_watched().clone();
         let db_size = dir_size(&self.db_dir) as i64;
+        let recent = node.log.wal().recent_fsyncs();
         let is_learner = !m
             .membership_config
             .membership()
@@ -68,6 +69,8 @@ impl Maintenance for MaintenanceService {
             storage_version: String::new(),
             db_size_quota: 0,
             downgrade_info: None,
+            kvd_recent_wal_fsyncs: recent.count,
+            kvd_recent_wal_fsync_p99_us: recent.p99.as_micros() as u64,
         }))
     }
 

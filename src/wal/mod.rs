@@ -219,10 +219,14 @@ struct Stats {
     batches: AtomicU64,
     fsync_nanos: AtomicU64,
     buckets: [AtomicU64; 14],
+    /// The last minute's fsync latencies, for `endpoint status` (the buckets above are
+    /// totals since start, for Prometheus).
+    recent: crate::metrics::RecentLatency,
 }
 
 impl Stats {
     fn observe_fsync(&self, d: Duration) {
+        self.recent.observe(d);
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.fsync_nanos
             .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
@@ -437,6 +441,11 @@ impl Wal {
 
     pub fn stats(&self) -> WalStats {
         self.inner.shared.stats.snapshot()
+    }
+
+    /// Batch fdatasyncs of the last [`crate::metrics::WINDOW_SECS`] seconds.
+    pub fn recent_fsyncs(&self) -> crate::metrics::RecentSummary {
+        self.inner.shared.stats.recent.summary()
     }
 
     /// Stops accepting writes, flushes what is queued and joins the flusher.

@@ -93,7 +93,28 @@ impl Cluster {
         use_env: bool,
         extra: impl Fn(usize) -> Vec<String>,
     ) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_custom_in(tempfile::tempdir().unwrap(), n, use_env, extra).await
+    }
+
+    /// Starts `n` members with data dirs in memory (`/dev/shm`, else the usual temp dir): for
+    /// tests that judge throughput or latency, where a slow shared disk would decide the result.
+    pub async fn start_in_memory(n: usize) -> Cluster {
+        let shm = Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        Self::start_custom_in(dir, n, false, |_| Vec::new()).await
+    }
+
+    /// Like `start_custom`, with the members' data dirs and logs in `dir`.
+    pub async fn start_custom_in(
+        dir: tempfile::TempDir,
+        n: usize,
+        use_env: bool,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Cluster {
         let members: Vec<MemberProc> = (0..n)
             .map(|i| MemberProc {
                 name: format!("m{i}"),

@@ -4,6 +4,7 @@ use std::time::Duration;
 use kvd::proto::etcdserverpb::{MemberListRequest, RangeRequest, StatusRequest};
 use tokio::time::Instant;
 
+use crate::cli::StatusArgs;
 use crate::client::{with_deadline, Conn};
 use crate::commands::{emit, Ctx};
 use crate::error::{CliError, EXIT_ERROR};
@@ -51,7 +52,7 @@ async fn connect_one(
     Conn::connect(&[ep.to_string()], dial_timeout, deadline).await
 }
 
-pub async fn status(ctx: &Ctx, cluster: bool) -> Result<i32, CliError> {
+pub async fn status(ctx: &Ctx, cluster: bool, a: StatusArgs) -> Result<i32, CliError> {
     let mut list = Vec::new();
     let mut failed = false;
     for ep in endpoints(ctx, cluster).await? {
@@ -73,7 +74,7 @@ pub async fn status(ctx: &Ctx, cluster: bool) -> Result<i32, CliError> {
             }
         }
     }
-    emit(&ctx.printer.endpoint_status(&list)?);
+    emit(&ctx.printer.endpoint_status(&list, a.fsync)?);
     Ok(if failed { EXIT_ERROR } else { 0 })
 }
 

@@ -1,5 +1,7 @@
 //! One module per etcdctl command. Each returns the process exit code, or an error that
 //! `main` prints as `Error: <message>`.
+mod check_disk;
+mod check_perf;
 mod compaction;
 mod endpoint;
 mod kv;
@@ -12,7 +14,9 @@ use std::io::Write;
 
 use tokio::time::Instant;
 
-use crate::cli::{Cli, Command, EndpointCommand, GlobalArgs, LeaseCommand, MemberCommand};
+use crate::cli::{
+    CheckCommand, Cli, Command, EndpointCommand, GlobalArgs, LeaseCommand, MemberCommand,
+};
 use crate::client::Conn;
 use crate::error::CliError;
 use crate::output::{Format, Output, Printer};
@@ -66,7 +70,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Txn(a) => txn::txn(&ctx, a).await,
         Command::Compaction(a) => compaction::compaction(&ctx, a).await,
         Command::Endpoint(e) => match e.command {
-            EndpointCommand::Status => endpoint::status(&ctx, e.cluster).await,
+            EndpointCommand::Status(a) => endpoint::status(&ctx, e.cluster, a).await,
             EndpointCommand::Health => endpoint::health(&ctx, e.cluster).await,
         },
         Command::Member(m) => match m.command {
@@ -85,6 +89,10 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             LeaseCommand::KeepAlive(a) => lease::keep_alive(&ctx, a).await,
         },
         Command::MoveLeader(a) => member::move_leader(&ctx, a).await,
+        Command::Check(c) => match c.command {
+            CheckCommand::Perf(a) => check_perf::perf(&ctx, a).await,
+            CheckCommand::Disk(a) => check_disk::disk(&ctx, a).await,
+        },
         Command::Version => {
             println!("etcdctl version: {ETCDCTL_VERSION}");
             println!("API version: {API_VERSION}");

@@ -94,12 +94,22 @@ pub fn fields_member_list(r: &MemberListResponse) -> String {
     out
 }
 
-pub fn fields_endpoint_status(list: &[(String, StatusResponse)]) -> String {
+/// With `fsync`, kvd's recent WAL fsync count and p99 (seconds) follow `Errors`.
+pub fn fields_endpoint_status(list: &[(String, StatusResponse)], fsync: bool) -> String {
     let mut out = String::new();
     for (ep, s) in list {
         fields_hdr(&mut out, &s.header);
+        let recent = if fsync {
+            format!(
+                "\"RecentWalFsyncs\" : {}\n\"RecentWalFsyncP99\" : {}\n",
+                s.kvd_recent_wal_fsyncs,
+                s.kvd_recent_wal_fsync_p99_us as f64 / 1e6
+            )
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "\"Version\" : {}\n\"DBSize\" : {}\n\"Leader\" : {}\n\"IsLearner\" : {}\n\"RaftIndex\" : {}\n\"RaftTerm\" : {}\n\"RaftAppliedIndex\" : {}\n\"Errors\" : [{}]\n\"Endpoint\" : {}\n\n",
+            "\"Version\" : {}\n\"DBSize\" : {}\n\"Leader\" : {}\n\"IsLearner\" : {}\n\"RaftIndex\" : {}\n\"RaftTerm\" : {}\n\"RaftAppliedIndex\" : {}\n\"Errors\" : [{}]\n{recent}\"Endpoint\" : {}\n\n",
             quote(s.version.as_bytes()),
             s.db_size,
             s.leader,

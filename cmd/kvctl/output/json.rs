@@ -218,9 +218,11 @@ pub fn json_member_list(r: &MemberListResponse) -> String {
     Obj::new().header(&r.header).list("members", members).done()
 }
 
-fn json_status(s: &StatusResponse) -> String {
-    Obj::new()
-        .header(&s.header)
+/// With `fsync`, kvd's extension fields follow under their proto names (zero values omitted,
+/// as for every field).
+fn json_status(s: &StatusResponse, fsync: bool) -> String {
+    let mut o = Obj::new();
+    o.header(&s.header)
         .string("version", &s.version)
         .num("dbSize", s.db_size)
         .num("leader", s.leader)
@@ -229,18 +231,22 @@ fn json_status(s: &StatusResponse) -> String {
         .num("raftAppliedIndex", s.raft_applied_index)
         .strings("errors", &s.errors)
         .num("dbSizeInUse", s.db_size_in_use)
-        .boolean("isLearner", s.is_learner)
-        .done()
+        .boolean("isLearner", s.is_learner);
+    if fsync {
+        o.num("kvd_recent_wal_fsyncs", s.kvd_recent_wal_fsyncs)
+            .num("kvd_recent_wal_fsync_p99_us", s.kvd_recent_wal_fsync_p99_us);
+    }
+    o.done()
 }
 
-pub fn json_endpoint_status(list: &[(String, StatusResponse)]) -> String {
+pub fn json_endpoint_status(list: &[(String, StatusResponse)], fsync: bool) -> String {
     let items: Vec<String> = list
         .iter()
         .map(|(ep, s)| {
             format!(
                 "{{\"Endpoint\":{},\"Status\":{}}}",
                 json_string(ep),
-                json_status(s)
+                json_status(s, fsync)
             )
         })
         .collect();

@@ -165,12 +165,24 @@ impl Printer {
         }))
     }
 
-    pub fn endpoint_status(&self, list: &[(String, StatusResponse)]) -> Result<Output, CliError> {
-        let (hdr, rows) = endpoint_status_table(list);
+    /// `fsync` adds kvd's recent WAL fsync figures (`endpoint status --fsync`); without it the
+    /// output is etcdctl's, byte for byte.
+    pub fn endpoint_status(
+        &self,
+        list: &[(String, StatusResponse)],
+        fsync: bool,
+    ) -> Result<Output, CliError> {
+        let (mut hdr, mut rows) = endpoint_status_table(list);
+        if fsync {
+            hdr.push("recent wal fsync p99");
+            for (row, (_, s)) in rows.iter_mut().zip(list) {
+                row.push(recent_fsync_p99(s));
+            }
+        }
         Ok(Output::out(match self.format {
             Format::Simple => rows.iter().map(|r| r.join(", ") + "\n").collect::<String>(),
-            Format::Json => json_endpoint_status(list) + "\n",
-            Format::Fields => fields_endpoint_status(list),
+            Format::Json => json_endpoint_status(list, fsync) + "\n",
+            Format::Fields => fields_endpoint_status(list, fsync),
             Format::Protobuf => return Err(self.unsupported()),
             Format::Table => table::render(&hdr, &rows),
         }))
@@ -369,6 +381,17 @@ pub fn member_list_table(r: &MemberListResponse) -> (Vec<&'static str>, Vec<Vec<
     (hdr, rows)
 }
 
+/// kvd's WAL fsync p99 over the last minute as a Go duration, or "-" when the member did not
+/// sync in that time or does not report it (etcd).
+pub fn recent_fsync_p99(s: &StatusResponse) -> String {
+    if s.kvd_recent_wal_fsyncs == 0 {
+        return "-".to_string();
+    }
+    duration_string(std::time::Duration::from_micros(
+        s.kvd_recent_wal_fsync_p99_us,
+    ))
+}
+
 pub fn endpoint_status_table(
     list: &[(String, StatusResponse)],
 ) -> (Vec<&'static str>, Vec<Vec<String>>) {
@@ -506,11 +529,11 @@ mod tests {
         let list = vec![("127.0.0.1:23790".to_string(), s)];
         let p = Printer::new(Format::Simple, false);
         assert_eq!(
-            p.endpoint_status(&list).unwrap().stdout,
+            p.endpoint_status(&list, false).unwrap().stdout,
             b"127.0.0.1:23790, 2e1259d415f2a040, 3.4.23, 20 kB, true, false, 2, 7, 7, \n"
         );
         assert_eq!(
-            json_endpoint_status(&list),
+            json_endpoint_status(&list, false),
             r#"[{"Endpoint":"127.0.0.1:23790","Status":{"header":{"cluster_id":324952591200643719,"member_id":3319814642761637952,"revision":4,"raft_term":2},"version":"3.4.23","dbSize":20480,"leader":3319814642761637952,"raftIndex":7,"raftTerm":2,"raftAppliedIndex":7,"dbSizeInUse":16384}}]"#
         );
     }

@@ -111,6 +111,23 @@ macro_rules! bidi {
     };
 }
 
+/// Maintenance.Status without kvd's extension fields (numbers 1001+): etcd's gateway has no
+/// such fields, and a JSON client may decode strictly.
+fn status() -> Route {
+    post(
+        |State(g): State<Arc<Gateway>>, h: HeaderMap, b: Bytes| async move {
+            call::unary(&h, &b, |r| async move {
+                let mut resp = g.services.maintenance().status(r).await?;
+                let s = resp.get_mut();
+                s.kvd_recent_wal_fsyncs = 0;
+                s.kvd_recent_wal_fsync_p99_us = 0;
+                Ok(resp)
+            })
+            .await
+        },
+    )
+}
+
 /// etcd 3.4's gateway paths, relative to the `/v3` (or `/v3beta`) prefix.
 fn calls() -> Vec<(&'static str, Route)> {
     vec![
@@ -134,7 +151,7 @@ fn calls() -> Vec<(&'static str, Route)> {
         ("/cluster/member/list", unary!(cluster, member_list)),
         ("/cluster/member/promote", unary!(cluster, member_promote)),
         ("/maintenance/alarm", unary!(maintenance, alarm)),
-        ("/maintenance/status", unary!(maintenance, status)),
+        ("/maintenance/status", status()),
         ("/maintenance/defragment", unary!(maintenance, defragment)),
         ("/maintenance/hash", unary!(maintenance, hash)),
         ("/maintenance/hashkv", unary!(maintenance, hash_kv)),
