@@ -8,6 +8,12 @@
 //!   client reads its own write (serializably too) on the member it wrote through, as with etcd.
 //! - A linearizable read is served only after this member has applied the leader's commit
 //!   index as confirmed by a quorum at the time of the request.
+//! - A write is proposed again (to the same or a new leader) only when it provably never
+//!   entered any log: openraft refused it before appending (`ForwardToLeader`), the leader
+//!   answered "not leader", or the connection to the leader could not be made. Any other
+//!   failure may leave the entry in a log that still commits, so it ends the request with
+//!   etcd's "leader changed" or "request timed out" (outcome unknown), as etcd does; a retry
+//!   there would apply one client request twice.
 
 use openraft::async_runtime::WatchReceiver;
 use std::sync::{Arc, Mutex};
@@ -27,6 +33,9 @@ use crate::proto::kvdpb::{ForwardRequest, InternalRequest, InternalResponse, Rea
 /// How long a request waits for a leader, for its commit, or for a read index.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A forwarded write's refusal by a member that is not the leader, before appending anything.
+const NOT_LEADER: &str = "not leader";
+
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ProposeError {
     #[error("etcdserver: no leader")]
@@ -35,8 +44,58 @@ pub enum ProposeError {
     Timeout,
     #[error("etcdserver: server stopped")]
     Stopped,
+    /// The entry was appended but dropped from this leader's log (truncated by a new leader,
+    /// or purged under a snapshot): it may or may not commit elsewhere.
+    #[error("etcdserver: leader changed")]
+    LeaderChanged,
     #[error("etcdserver: {0}")]
     Internal(String),
+}
+
+impl ProposeError {
+    /// The error a leader's forwarding answer stands for (its message is one of ours).
+    fn from_leader(msg: &str) -> ProposeError {
+        [
+            ProposeError::NoLeader,
+            ProposeError::Timeout,
+            ProposeError::Stopped,
+            ProposeError::LeaderChanged,
+        ]
+        .into_iter()
+        .find(|e| e.to_string() == msg)
+        .unwrap_or_else(|| {
+            ProposeError::Internal(msg.strip_prefix("etcdserver: ").unwrap_or(msg).to_string())
+        })
+    }
+}
+
+/// Whether a forwarding call failed because no connection to the leader could be made, so the
+/// request never left this member. A failure on an established connection may come after the
+/// leader appended the entry.
+fn failed_to_connect(s: &tonic::Status) -> bool {
+    use std::error::Error;
+    if s.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    let mut cur: Option<&(dyn Error + 'static)> = s.source();
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+                    | std::io::ErrorKind::AddrNotAvailable
+            ) {
+                return true;
+            }
+        }
+        if e.to_string().contains("tcp connect error") {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// A member's Raft node with its storage.
@@ -167,13 +226,19 @@ impl RaftNode {
         let r = tokio::time::timeout(left, self.raft.client_write(cmd))
             .await
             .map_err(|_| Retry::Fail(ProposeError::Timeout))?;
+        use openraft::error::{ClientWriteError, RaftError};
         match r {
             Ok(resp) => {
                 let ir = InternalResponse::decode(resp.data.0)
                     .map_err(|e| Retry::Fail(ProposeError::Internal(e.to_string())))?;
                 Ok((ir, resp.log_id.index))
             }
-            Err(e) if e.forward_to_leader().is_some() => Err(Retry::Again),
+            // Refused before it was appended: safe to send to the leader.
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(Retry::Again),
+            // Appended, then dropped from this log: it may still commit elsewhere.
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
+                Err(Retry::Fail(ProposeError::LeaderChanged))
+            }
             Err(e) => Err(Retry::Fail(ProposeError::Internal(e.to_string()))),
         }
     }
@@ -200,16 +265,23 @@ impl RaftNode {
                 )))?;
                 Ok((resp, r.log_index))
             }
-            // The leader we knew stepped down or is unreachable: retry with the next one.
+            // The member we took for the leader refused before appending, or could not be
+            // reached at all: the request entered no log, so try the next leader.
             Ok(Err(s))
-                if matches!(
-                    s.code(),
-                    tonic::Code::Unavailable | tonic::Code::FailedPrecondition
-                ) =>
+                if (s.code() == tonic::Code::FailedPrecondition && s.message() == NOT_LEADER)
+                    || failed_to_connect(&s) =>
             {
                 Err(Retry::Again)
             }
-            Ok(Err(s)) => Err(Retry::Fail(ProposeError::Internal(s.message().to_string()))),
+            // The leader's own answer (it may have appended the entry).
+            Ok(Err(s)) if s.message().starts_with("etcdserver: ") => {
+                Err(Retry::Fail(ProposeError::from_leader(s.message())))
+            }
+            // The call broke on an established connection: the leader may have appended it.
+            Ok(Err(s)) => {
+                tracing::debug!("forwarded write failed, outcome unknown: {s}");
+                Err(Retry::Fail(ProposeError::Timeout))
+            }
         }
     }
 
@@ -221,7 +293,8 @@ impl RaftNode {
         let cmd = Command(Bytes::from(req.encode_to_vec()));
         match self.write_local(cmd, REQUEST_TIMEOUT).await {
             Ok(r) => Ok(r),
-            Err(Retry::Again) => Err(tonic::Status::failed_precondition("not leader")),
+            Err(Retry::Again) => Err(tonic::Status::failed_precondition(NOT_LEADER)),
+            // etcd's message, which the forwarding member passes on and never retries.
             Err(Retry::Fail(e)) => Err(tonic::Status::unavailable(e.to_string())),
         }
     }
@@ -293,4 +366,52 @@ impl RaftNode {
 enum Retry {
     Again,
     Fail(ProposeError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::kvdpb::peer_client::PeerClient;
+
+    /// A refused connection is the one transport failure after which a write is sent again.
+    #[tokio::test]
+    async fn only_a_refused_connection_counts_as_never_sent() {
+        // A port nothing listens on: bind, note it, close.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect_lazy();
+        let s = PeerClient::new(ch)
+            .forward(ForwardRequest { request: None })
+            .await
+            .unwrap_err();
+        assert!(failed_to_connect(&s), "{s:?}");
+
+        // A leader's own answers, and statuses without a transport cause, are not.
+        for s in [
+            tonic::Status::unavailable("etcdserver: request timed out"),
+            tonic::Status::unavailable("etcdserver: leader changed"),
+            tonic::Status::unavailable("connection reset"),
+            tonic::Status::failed_precondition(NOT_LEADER),
+        ] {
+            assert!(!failed_to_connect(&s), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn leader_answers_map_back_to_the_same_error() {
+        for e in [
+            ProposeError::NoLeader,
+            ProposeError::Timeout,
+            ProposeError::Stopped,
+            ProposeError::LeaderChanged,
+            ProposeError::Internal("boom".into()),
+        ] {
+            assert_eq!(ProposeError::from_leader(&e.to_string()), e);
+        }
+    }
 }

@@ -27,6 +27,8 @@ pub enum ApiError {
     LeaseTtlTooLarge,
     #[error("etcdserver: not leader")]
     NotLeader,
+    #[error("etcdserver: leader changed")]
+    LeaderChanged,
     #[error("etcdserver: Peer URLs already exists")]
     PeerUrlsExist,
     #[error("etcdserver: member ID already exist")]
@@ -65,6 +67,7 @@ impl From<ProposeError> for ApiError {
             ProposeError::NoLeader => ApiError::NoLeader,
             ProposeError::Timeout => ApiError::Timeout,
             ProposeError::Stopped => ApiError::Stopped,
+            ProposeError::LeaderChanged => ApiError::LeaderChanged,
             ProposeError::Internal(s) => ApiError::Internal(s),
         }
     }
