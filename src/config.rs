@@ -135,6 +135,9 @@ pub struct Config {
     pub max_txn_ops: usize,
     pub log_level: String,
     pub watch_progress_notify_interval: Duration,
+    /// Not a flag: where the WAL lives. Always the default (real files, fdatasync) from flags;
+    /// in-process power-loss tests put a simulated file system here.
+    pub wal: crate::wal::WalBackend,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -315,6 +318,7 @@ impl Flags {
             max_txn_ops: self.max_txn_ops,
             log_level: self.log_level,
             watch_progress_notify_interval,
+            wal: Default::default(),
         })
     }
 }

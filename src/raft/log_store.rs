@@ -22,7 +22,7 @@ use openraft::OptionalSend;
 
 use super::error::StoreError;
 use super::types::{Entry, LogId, TypeConfig, Vote};
-use crate::wal::{Record, Wal, WalOptions};
+use crate::wal::{Record, Wal, WalBackend};
 
 #[derive(Default)]
 struct LogState_ {
@@ -74,7 +74,12 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
 impl LogStore {
     /// Opens the WAL in `dir` and rebuilds the log from its records.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let (wal, records) = Wal::open(dir, WalOptions::default())?;
+        Self::open_on(dir, &WalBackend::default())
+    }
+
+    /// Like [`open`](Self::open), on the given WAL backend (tests: a simulated file system).
+    pub fn open_on(dir: &Path, backend: &WalBackend) -> Result<Self, StoreError> {
+        let (wal, records) = backend.open(dir)?;
         Self::from_parts(wal, records)
     }
 

@@ -96,7 +96,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         metrics_listeners.push(bind(*a).await?);
     }
 
-    let log = LogStore::open(&member_dir.join("wal"))?;
+    let log = LogStore::open_on(&member_dir.join("wal"), &cfg.wal)?;
     let sm = StateMachine::open(&member_dir.join("sm"))?;
     let raft_cfg = openraft::Config {
         cluster_name: cfg.initial_cluster_token.clone(),

@@ -75,6 +75,7 @@
 //! quick and must not wait for the WAL (e.g. call `write_sync`): the flusher
 //! cannot make progress until they return.
 
+pub mod backend;
 mod flusher;
 pub mod format;
 pub mod fs;
@@ -91,6 +92,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
+pub use backend::WalBackend;
 pub use fs::{RealFs, WalFile, WalFs};
 pub use simfs::SimFs;
 

@@ -46,6 +46,8 @@ struct FailPoint {
     remaining: u64,
     sticky: bool,
     tripped: bool,
+    /// The kind of op the failpoint fired on (write, sync_data, create, ...).
+    tripped_on: Option<&'static str>,
 }
 
 #[derive(Default)]
@@ -63,7 +65,7 @@ struct State {
 
 impl State {
     /// Counts a mutating op and decides whether the failpoint fires for it.
-    fn tick(&mut self, what: &str) -> io::Result<()> {
+    fn tick(&mut self, what: &'static str) -> io::Result<()> {
         self.mutating_ops += 1;
         if let Some(fp) = &mut self.fail {
             if fp.tripped && fp.sticky {
@@ -72,6 +74,7 @@ impl State {
             if !fp.tripped {
                 if fp.remaining == 0 {
                     fp.tripped = true;
+                    fp.tripped_on = Some(what);
                     if !fp.sticky {
                         self.fail = None;
                     }
@@ -115,6 +118,7 @@ impl SimFs {
             remaining: n,
             sticky: true,
             tripped: false,
+            tripped_on: None,
         });
     }
 
@@ -124,6 +128,7 @@ impl SimFs {
             remaining: n,
             sticky: false,
             tripped: false,
+            tripped_on: None,
         });
     }
 
@@ -134,6 +139,12 @@ impl SimFs {
     /// Whether a failpoint has fired (and is still in force).
     pub fn failpoint_tripped(&self) -> bool {
         self.lock().fail.is_some_and(|f| f.tripped)
+    }
+
+    /// The kind of op a sticky failpoint fired on ("write", "sync_data", "create", "remove",
+    /// "rename", "sync_dir", "set_len"), while it is in force.
+    pub fn tripped_on(&self) -> Option<&'static str> {
+        self.lock().fail.and_then(|f| f.tripped_on)
     }
 
     /// Mutating ops performed so far (what `fail_after` counts).
@@ -246,7 +257,7 @@ struct SimFile {
 }
 
 impl SimFile {
-    fn with<T>(&self, what: &str, f: impl FnOnce(&mut State) -> T) -> io::Result<T> {
+    fn with<T>(&self, what: &'static str, f: impl FnOnce(&mut State) -> T) -> io::Result<T> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.generation != self.generation {
             return Err(io::Error::other("simfs: handle from before a crash"));
