@@ -126,6 +126,46 @@ impl StateMachine {
         Ok(())
     }
 
+    /// Rolls sled back to the newest snapshot (or to empty) if it holds applied state beyond
+    /// both the log's end (`last_log`, the last index the log store holds or purged) and that
+    /// snapshot.
+    ///
+    /// This happens after a power loss: a leader applies an entry once its followers made it
+    /// durable, before its own fsync returns, and sled's background flush may persist that
+    /// state while the WAL loses the entry. The applied state is correct (only committed entries
+    /// are applied), but openraft reads "applied beyond the log" as "snapshot installed, log
+    /// not yet purged" and purges up to the applied index, past the newest snapshot, which it
+    /// then refuses to start with. Rolled back, the member re-applies what its log holds and
+    /// gets the rest from the leader.
+    pub fn roll_back_if_ahead_of(&self, last_log: u64) -> Result<(), StoreError> {
+        let applied = self.last_applied()?.map_or(0, |l| l.index);
+        let snapshot = snapshot_file::latest(&self.shared.snap_dir)?;
+        let snap_index = snapshot
+            .as_ref()
+            .and_then(|(m, _)| m.last_log_id.map(|l| l.index))
+            .unwrap_or(0);
+        if applied <= last_log || applied <= snap_index {
+            return Ok(());
+        }
+        tracing::warn!(
+            applied,
+            last_log,
+            snapshot = snap_index,
+            "state machine is ahead of the log (power loss before the WAL fsync): rolling it back \
+             to the newest snapshot"
+        );
+        match snapshot {
+            Some((meta, path)) => {
+                let data = snapshot_file::read(&path)?.1;
+                self.load_snapshot(&meta, &data)
+            }
+            None => self.load_snapshot(
+                &SnapshotMeta::default(),
+                &encode(&SnapshotPayload { items: Vec::new() }),
+            ),
+        }
+    }
+
     pub fn last_applied(&self) -> Result<Option<LogId>, StoreError> {
         match self.shared.mvcc.get_meta(META_LAST_APPLIED)? {
             Some(b) => decode("last applied", &b),

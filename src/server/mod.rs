@@ -98,6 +98,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
 
     let log = LogStore::open_on(&member_dir.join("wal"), &cfg.wal)?;
     let sm = StateMachine::open(&member_dir.join("sm"))?;
+    sm.roll_back_if_ahead_of(log.last_index())?;
     let raft_cfg = openraft::Config {
         cluster_name: cfg.initial_cluster_token.clone(),
         heartbeat_interval: cfg.heartbeat.as_millis() as u64,
