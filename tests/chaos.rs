@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::faults::ProxiedCluster;
+use common::faults::{LinkMode, ProxiedCluster};
 use kvd::linearizability::watch::check_watches;
 use kvd::linearizability::{check_history, CheckOptions, Input, Outcome, Output, Recorder};
 use kvd::proto::etcdserverpb::kv_client::KvClient;
@@ -429,6 +429,36 @@ async fn leader_pause_then_kill_all_loses_no_acknowledged_write() {
             );
         }
     }
+    let report = check_history(&rec.operations(), &CheckOptions::default());
+    assert!(report.is_ok(), "{report}");
+}
+
+/// A write whose reply is lost (the member's replies to the client are dropped) takes effect
+/// but never returns: the client records it as unknown, never as failed, and the checker
+/// accepts a later read of its value. A read cut the same way is failed (it had no effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn write_cut_mid_flight_is_recorded_unknown() {
+    let pc = ProxiedCluster::start(3, &[]).await;
+    let rec = Recorder::default();
+    let key = format!("{PREFIX}cut");
+    let mut cut = KvClient::new(lazy_channel(&pc.proxied_client_url(0)));
+    let mut direct = KvClient::new(lazy_channel(&pc.c.members[1].client_url()));
+    // Connect first, so the request (not the connection setup) is what gets cut.
+    assert!(matches!(
+        run_op(&rec, 0, &mut cut, &key, Input::Get, false).await,
+        Outcome::Ok(_)
+    ));
+    pc.set_client(0, LinkMode::DropReplies);
+    let w = run_op(&rec, 0, &mut cut, &key, put("lost-reply"), false).await;
+    assert_eq!(w, Outcome::Unknown);
+    let r = run_op(&rec, 0, &mut cut, &key, Input::Get, false).await;
+    assert_eq!(r, Outcome::Failed);
+    pc.heal();
+    let got = run_op(&rec, 1, &mut direct, &key, Input::Get, false).await;
+    let Outcome::Ok(Output::Get { kv: Some(kv) }) = &got else {
+        panic!("the write whose reply was lost did not apply: {got:?}");
+    };
+    assert_eq!(kv.value, b"lost-reply");
     let report = check_history(&rec.operations(), &CheckOptions::default());
     assert!(report.is_ok(), "{report}");
 }

@@ -8,9 +8,10 @@
 //! see client-side faults dial it instead of y. Changing a proxy between passing and dropping
 //! closes its open connections, so a healed link starts from fresh HTTP/2 connections rather
 //! than from a byte stream with a hole in it (what a real partition followed by a TCP reset
-//! looks like). The one exception is entering [`LinkMode::Hang`]: open connections stay open
-//! and go silent, so requests already on them hang until the caller's timeout, as behind a
-//! real network partition.
+//! looks like). Entering [`LinkMode::Drop`] closes open connections too; entering the other
+//! dropping modes ([`LinkMode::Hang`], one-way drops) does not: open connections lose bytes
+//! silently, so requests already on them hang (or take effect with their replies lost) until
+//! the caller's timeout, as behind a real partition.
 //!
 //! Member slots: [`ProxiedCluster::start_with_spares`] prepares slots for members added later
 //! (ports, proxies, dial overrides), because a member reads its dial overrides only at start.
@@ -36,10 +37,11 @@ pub enum LinkMode {
     /// Blackhole that keeps open connections open: their bytes vanish both ways (requests on
     /// them hang), new connections are accepted and swallowed.
     Hang,
-    /// Bytes from the dialing side are lost; replies (if any) still flow.
+    /// Bytes from the dialing side are lost; replies (if any) still flow. Open connections
+    /// stay open.
     DropRequests,
     /// Bytes to the dialing side are lost: requests arrive (and may take effect), their
-    /// replies never do.
+    /// replies never do. Open connections stay open.
     DropReplies,
     /// Every chunk is delivered this much later.
     Delay(Duration),
@@ -110,7 +112,11 @@ impl Proxy {
 
     pub fn set(&self, mode: LinkMode) {
         let old = std::mem::replace(&mut *self.mode.lock().unwrap(), mode);
-        if old.drops() != mode.drops() && mode != LinkMode::Hang {
+        // Drop closes what is open; the other dropping modes leave open connections open, to
+        // lose their bytes silently (a one-way cut or a partition does not close anything).
+        // Leaving a dropping mode closes connections: their byte streams have holes.
+        let entering_silent_cut = old.drops() == (false, false) && mode != LinkMode::Drop;
+        if old.drops() != mode.drops() && !entering_silent_cut {
             self.close_all(false);
         }
     }
