@@ -91,6 +91,43 @@ fn note(out: &mut Outcomes, e: &Status) -> String {
     key
 }
 
+/// Refusals that say the change was not made and may be allowed later (etcd checks these
+/// before proposing anything): worth asking again.
+const DEFINITE: &[&str] = &[
+    "etcdserver: unhealthy cluster",
+    "etcdserver: re-configuration failed due to not enough started members",
+    "etcdserver: can only promote a learner member which is in sync with leader",
+    "etcdserver: no leader",
+];
+
+/// Sends `req()` until it succeeds, is refused in a way that may have had an effect (no
+/// answer, timed out, ...: asking again could double it), or `budget` passes. Counts every
+/// refusal; returns the value, or the last refusal and the number of tries.
+async fn retrying<T, Fut>(
+    out: &mut Outcomes,
+    budget: Duration,
+    mut req: impl FnMut() -> Fut,
+) -> Result<(T, usize), (String, usize)>
+where
+    Fut: std::future::Future<Output = Result<T, Status>>,
+{
+    let deadline = Instant::now() + budget;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match req().await {
+            Ok(v) => return Ok((v, tries)),
+            Err(e) => {
+                let why = note(out, &e);
+                if !DEFINITE.contains(&why.as_str()) || Instant::now() > deadline {
+                    return Err((why, tries));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// A cluster client on a running member (directly, not through its client proxy: the operator
 /// is not the one being partitioned), rotating with `k`.
 fn via(pc: &ProxiedCluster, k: usize) -> Option<(usize, ClusterClient<tonic::transport::Channel>)> {
@@ -207,17 +244,26 @@ async fn add_and_promote(
     targets: &Targets,
     out: &mut Outcomes,
 ) -> String {
-    let Some((_, mut c)) = via(pc, s) else {
+    let Some((_, c)) = via(pc, s) else {
         return "no running member".into();
     };
-    let resp = call(c.member_add(MemberAddRequest {
-        peer_ur_ls: vec![pc.c.members[s].peer_url()],
-        is_learner: true,
-    }))
+    let peer_url = pc.c.members[s].peer_url();
+    // Past etcd's 5 s health window: a link reset by an earlier fault counts as active again.
+    let resp = retrying(out, Duration::from_secs(6), || {
+        let mut c = c.clone();
+        let peer_ur_ls = vec![peer_url.clone()];
+        async move {
+            call(c.member_add(MemberAddRequest {
+                peer_ur_ls,
+                is_learner: true,
+            }))
+            .await
+        }
+    })
     .await;
     let resp = match resp {
-        Ok(r) => r,
-        Err(e) => return format!("add refused: {}", note(out, &e)),
+        Ok((r, _)) => r,
+        Err((why, tries)) => return format!("add refused ({tries} tries): {why}"),
     };
     out.applied("add learner");
     let id = resp.member.as_ref().expect("added member").id;
@@ -228,30 +274,24 @@ async fn add_and_promote(
 
 /// Asks to promote learner `id` until it is allowed or [`PROMOTE_FOR`] passes.
 pub async fn promote(pc: &ProxiedCluster, id: u64, out: &mut Outcomes) -> String {
-    let deadline = Instant::now() + PROMOTE_FOR;
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let Some((_, mut c)) = via(pc, tries) else {
-            return "no running member".into();
-        };
-        match call(c.member_promote(MemberPromoteRequest { id })).await {
-            Ok(_) => {
-                out.applied("promote");
-                return format!("promoted after {tries} tries");
-            }
-            Err(e) => {
-                let why = note(out, &e);
-                if Instant::now() > deadline {
-                    return format!("not promoted after {tries} tries ({why})");
-                }
-            }
+    let Some((_, c)) = via(pc, 0) else {
+        return "no running member".into();
+    };
+    let r = retrying(out, PROMOTE_FOR, || {
+        let mut c = c.clone();
+        async move { call(c.member_promote(MemberPromoteRequest { id })).await }
+    })
+    .await;
+    match r {
+        Ok((_, tries)) => {
+            out.applied("promote");
+            format!("promoted after {tries} tries")
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        Err((why, tries)) => format!("not promoted after {tries} tries ({why})"),
     }
 }
 
-/// Removes a voter: the leader one time in three, else a follower; stops its process.
+/// Removes a voter: the leader half the time, else a follower; stops its process.
 async fn remove(
     pc: &mut ProxiedCluster,
     rng: &mut StdRng,
@@ -266,9 +306,7 @@ async fn remove(
         .map(|m| slot_of(pc, m))
         .collect();
     let (kind, s) = match leader {
-        Some(l) if voters.contains(&l) && rng.gen_bool(1.0 / 3.0) => {
-            ("membership: remove leader", l)
-        }
+        Some(l) if voters.contains(&l) && rng.gen_bool(0.5) => ("membership: remove leader", l),
         _ => {
             let f: Vec<usize> = voters
                 .iter()
@@ -289,8 +327,13 @@ async fn remove(
     let Some(&o) = others.get(rng.gen_range(0..others.len().max(1))) else {
         return (kind, format!("m{s}: no other running member"));
     };
-    let mut c = ClusterClient::new(lazy_channel(&pc.c.members[o].client_url()));
-    match call(c.member_remove(MemberRemoveRequest { id })).await {
+    let c = ClusterClient::new(lazy_channel(&pc.c.members[o].client_url()));
+    let r = retrying(out, Duration::from_secs(6), || {
+        let mut c = c.clone();
+        async move { call(c.member_remove(MemberRemoveRequest { id })).await }
+    })
+    .await;
+    match r {
         Ok(_) => {
             out.applied(if kind.ends_with("leader") {
                 "remove leader"
@@ -304,6 +347,6 @@ async fn remove(
                 format!("removed m{s} via m{o}; exited on its own: {exited:?}"),
             )
         }
-        Err(e) => (kind, format!("remove m{s} refused: {}", note(out, &e))),
+        Err((why, tries)) => (kind, format!("remove m{s} refused ({tries} tries): {why}")),
     }
 }

@@ -2,7 +2,7 @@
 //! The same seed gives the same sequence of fault kinds and timings (which member is the
 //! leader at each step, and so which members the faults hit, depends on the run).
 //!
-//! Three families, each drawn with a fixed share: member faults (kill -9, SIGSTOP,
+//! Three families, drawn 4:3:3: member faults (kill -9, SIGSTOP,
 //! member-to-member partitions and latency), client faults (the proxy in front of one member's
 //! client port blackholes, drops one direction, resets connections or adds latency), and
 //! membership steps (see `membership.rs`).
@@ -64,8 +64,8 @@ pub async fn run(
         sleep_ms(rng, 500, 2000).await;
         let t = start.elapsed().as_secs_f32();
         let (kind, what) = match rng.gen_range(0..10) {
-            0..=4 => member_fault(pc, rng).await,
-            5..=7 => client_fault(pc, rng).await,
+            0..=3 => member_fault(pc, rng).await,
+            4..=6 => client_fault(pc, rng).await,
             _ => membership::step(pc, rng, targets, &mut faults.membership).await,
         };
         eprintln!("chaos: t={t:.1}s {kind}: {what}");
