@@ -1,28 +1,32 @@
 //! Chaos tests: clients run put/get/delete/compare-and-set through every member while a seeded
-//! random schedule kills (-9), pauses, partitions and slows members; then the recorded history
+//! random schedule kills (-9), pauses, partitions and slows members, cuts clients off from
+//! members, and adds, promotes and removes members; then the recorded history
 //! is checked for linearizability, watch streams for order/gaps/prev_kv, and every member's
 //! full watch history for every acknowledged write. Every run prints its seed;
 //! `KVD_CHAOS_SEED=N` replays a schedule, `KVD_CHAOS_SECS=N` sets the fault phase's length.
 //! See docs/testing.md.
 
 mod common;
+#[path = "chaos/membership.rs"]
+mod membership;
 #[path = "chaos/schedule.rs"]
 mod schedule;
 #[path = "chaos/workload.rs"]
 mod workload;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::faults::ProxiedCluster;
+use common::faults::{LinkMode, ProxiedCluster};
 use kvd::linearizability::watch::check_watches;
 use kvd::linearizability::{check_history, CheckOptions, Input, Outcome, Output, Recorder};
 use kvd::proto::etcdserverpb::kv_client::KvClient;
 use kvd::proto::etcdserverpb::RangeRequest;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use workload::{client_loop, lazy_channel, run_op, watch_loop, watch_session, PREFIX};
+use workload::{client_loop, lazy_channel, run_op, watch_loop, watch_session, Targets, PREFIX};
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
@@ -38,12 +42,45 @@ struct RunStats {
     unknown: usize,
     faults: usize,
     watch_events: usize,
+    by_kind: BTreeMap<&'static str, usize>,
+    membership: membership::Outcomes,
+}
+
+impl RunStats {
+    fn add(&mut self, s: &RunStats) {
+        self.operations += s.operations;
+        self.unknown += s.unknown;
+        self.faults += s.faults;
+        self.watch_events += s.watch_events;
+        for (k, v) in &s.by_kind {
+            *self.by_kind.entry(k).or_default() += v;
+        }
+        self.membership.add(&s.membership);
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "faults by kind: {:?}; membership changes applied: {:?}; membership requests refused: {:?}",
+            self.by_kind, self.membership.applied, self.membership.refused
+        )
+    }
+}
+
+/// Member slots prepared for members added during a run of `secs` (a membership step adds
+/// at most one; the schedule stops adding when they run out).
+fn spares_for(secs: u64) -> usize {
+    (secs as usize / 8).clamp(3, 12)
 }
 
 async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats {
     eprintln!("chaos: seed {seed} ({secs} s of faults); replay with KVD_CHAOS_SEED={seed}");
-    let mut pc = ProxiedCluster::start(3, &[]).await;
-    let urls: Vec<String> = pc.c.members.iter().map(|m| m.client_url()).collect();
+    let t0 = Instant::now();
+    let mut pc = ProxiedCluster::start_with_spares(3, spares_for(secs), &[]).await;
+    // Clients reach members through the client proxies, so client faults apply to them.
+    let targets = Targets::new(
+        (0..pc.n()).map(|i| pc.proxied_client_url(i)).collect(),
+        &pc.live,
+    );
     let rec = Recorder::default();
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -52,20 +89,29 @@ async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats 
             rec.clone(),
             id,
             seed.wrapping_mul(1000).wrapping_add(id),
-            urls.clone(),
+            targets.clone(),
             keys,
             stop.clone(),
         )));
     }
     let watches = Arc::new(Mutex::new(Vec::new()));
     let watchers: Vec<_> = (0..2)
-        .map(|id| tokio::spawn(watch_loop(urls.clone(), id, stop.clone(), watches.clone())))
+        .map(|id| {
+            tokio::spawn(watch_loop(
+                targets.clone(),
+                id,
+                stop.clone(),
+                watches.clone(),
+            ))
+        })
         .collect();
 
     let mut rng = StdRng::seed_from_u64(seed);
-    let faults = schedule::run(&mut pc, &mut rng, Duration::from_secs(secs)).await;
+    let mut faults = schedule::run(&mut pc, &mut rng, Duration::from_secs(secs), &targets).await;
 
-    schedule::recover(&mut pc).await;
+    eprintln!("chaos: faults over at {:.1}s", t0.elapsed().as_secs_f32());
+    schedule::recover(&mut pc, &targets, &mut faults.membership).await;
+    eprintln!("chaos: recovered at {:.1}s", t0.elapsed().as_secs_f32());
     // Let clients see the healed cluster briefly, then stop them.
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
@@ -75,15 +121,21 @@ async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats 
     for w in watchers {
         w.await.unwrap();
     }
+    // The remaining members, read directly (every proxy passes again anyway).
+    let urls: Vec<(usize, String)> = pc
+        .live
+        .iter()
+        .map(|&i| (i, pc.c.members[i].client_url()))
+        .collect();
 
     // Final linearizable reads of every key on every member: part of the history.
-    for (i, url) in urls.iter().enumerate() {
+    for (i, url) in &urls {
         let mut c = KvClient::new(lazy_channel(url));
         for k in 0..keys {
             let key = format!("{PREFIX}{k}");
             let deadline = Instant::now() + Duration::from_secs(30);
             while !matches!(
-                run_op(&rec, 1000 + i as u64, &mut c, &key, Input::Get, false).await,
+                run_op(&rec, 1000 + *i as u64, &mut c, &key, Input::Get, false).await,
                 Outcome::Ok(_)
             ) {
                 assert!(Instant::now() < deadline, "member {i} cannot serve a read");
@@ -92,8 +144,9 @@ async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats 
     }
 
     // Each member's whole history, from revision 1, must hold every acknowledged write.
+    // Read concurrently: each replay ends only after its idle timeout.
     let mut all_watches = watches.lock().unwrap().clone();
-    for (i, url) in urls.iter().enumerate() {
+    let histories = urls.iter().map(|(i, url)| async move {
         let mut c = KvClient::new(lazy_channel(url));
         let rev = c
             .range(RangeRequest {
@@ -115,26 +168,35 @@ async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats 
         )
         .await;
         h.complete_through = rev;
-        all_watches.push(h);
-    }
+        h
+    });
+    all_watches.extend(futures::future::join_all(histories).await);
 
+    eprintln!(
+        "chaos: final reads done at {:.1}s",
+        t0.elapsed().as_secs_f32()
+    );
     let ops = rec.operations();
     let report = check_history(&ops, &CheckOptions::default());
     let watch_report = check_watches(&ops, &all_watches);
+    eprintln!("chaos: checked at {:.1}s", t0.elapsed().as_secs_f32());
     let stats = RunStats {
         operations: ops.len(),
         unknown: ops.iter().filter(|o| o.outcome == Outcome::Unknown).count(),
-        faults: faults.len(),
+        faults: faults.log.len(),
         watch_events: watch_report.events,
+        by_kind: faults.by_kind(),
+        membership: std::mem::take(&mut faults.membership),
     };
     let acked_writes = ops
         .iter()
         .filter(|o| o.input.is_write() && matches!(o.outcome, Outcome::Ok(_)))
         .count();
     eprintln!(
-        "chaos: seed {seed}: {} ops ({acked_writes} acknowledged writes, {} unknown), {} faults: {:?}",
-        stats.operations, stats.unknown, stats.faults, faults
+        "chaos: seed {seed}: {} ops ({acked_writes} acknowledged writes, {} unknown), {} faults; members at the end: {:?}",
+        stats.operations, stats.unknown, stats.faults, pc.live
     );
+    eprintln!("chaos: seed {seed}: {}", stats.summary());
     eprintln!("chaos: linearizability: {report}");
     eprintln!(
         "chaos: watches: {} streams, {} events, {} problems",
@@ -150,6 +212,11 @@ async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats 
         "too few writes acknowledged to mean anything"
     );
     assert!(report.is_ok(), "seed {seed}: not linearizable:\n{report}");
+    assert!(
+        stats.membership.unexpected().is_empty(),
+        "seed {seed}: unexpected membership errors: {:?}",
+        stats.membership.unexpected()
+    );
     assert!(
         watch_report.problems.is_empty(),
         "seed {seed}: watch problems:\n{}",
@@ -197,10 +264,10 @@ fn seed() -> u64 {
     env_u64("KVD_CHAOS_SEED").unwrap_or_else(rand::random)
 }
 
-/// Part of `cargo test`: about a minute on two cores.
+/// Part of `cargo test`: about 40 s on two cores (25 s of faults).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos_short() {
-    let secs = env_u64("KVD_CHAOS_SECS").unwrap_or(30);
+    let secs = env_u64("KVD_CHAOS_SECS").unwrap_or(25);
     chaos_run(seed(), secs, 6, 4).await;
 }
 
@@ -215,15 +282,13 @@ async fn chaos_long() {
     let mut total = RunStats::default();
     for r in 0..runs {
         let s = chaos_run(first.wrapping_add(r), secs, 8, 6).await;
-        total.operations += s.operations;
-        total.unknown += s.unknown;
-        total.faults += s.faults;
-        total.watch_events += s.watch_events;
+        total.add(&s);
     }
     eprintln!(
         "chaos long: {runs} runs from seed {first}: {} operations checked ({} unknown), {} faults, {} watch events, anomalies: 0",
         total.operations, total.unknown, total.faults, total.watch_events
     );
+    eprintln!("chaos long: {}", total.summary());
 }
 
 /// The suite can fail: serializable reads (no read index) from a leader cut off from the
@@ -364,6 +429,36 @@ async fn leader_pause_then_kill_all_loses_no_acknowledged_write() {
             );
         }
     }
+    let report = check_history(&rec.operations(), &CheckOptions::default());
+    assert!(report.is_ok(), "{report}");
+}
+
+/// A write whose reply is lost (the member's replies to the client are dropped) takes effect
+/// but never returns: the client records it as unknown, never as failed, and the checker
+/// accepts a later read of its value. A read cut the same way is failed (it had no effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn write_cut_mid_flight_is_recorded_unknown() {
+    let pc = ProxiedCluster::start(3, &[]).await;
+    let rec = Recorder::default();
+    let key = format!("{PREFIX}cut");
+    let mut cut = KvClient::new(lazy_channel(&pc.proxied_client_url(0)));
+    let mut direct = KvClient::new(lazy_channel(&pc.c.members[1].client_url()));
+    // Connect first, so the request (not the connection setup) is what gets cut.
+    assert!(matches!(
+        run_op(&rec, 0, &mut cut, &key, Input::Get, false).await,
+        Outcome::Ok(_)
+    ));
+    pc.set_client(0, LinkMode::DropReplies);
+    let w = run_op(&rec, 0, &mut cut, &key, put("lost-reply"), false).await;
+    assert_eq!(w, Outcome::Unknown);
+    let r = run_op(&rec, 0, &mut cut, &key, Input::Get, false).await;
+    assert_eq!(r, Outcome::Failed);
+    pc.heal();
+    let got = run_op(&rec, 1, &mut direct, &key, Input::Get, false).await;
+    let Outcome::Ok(Output::Get { kv: Some(kv) }) = &got else {
+        panic!("the write whose reply was lost did not apply: {got:?}");
+    };
+    assert_eq!(kv.value, b"lost-reply");
     let report = check_history(&rec.operations(), &CheckOptions::default());
     assert!(report.is_ok(), "{report}");
 }

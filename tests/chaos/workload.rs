@@ -25,6 +25,40 @@ use tonic::transport::{Channel, Endpoint};
 pub const PREFIX: &str = "chaos/";
 pub const OP_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Where clients send requests: every member slot's URL (through its client proxy in the
+/// chaos run) and which slots are members right now. Membership steps update the live set;
+/// a client picks among live slots for each operation.
+#[derive(Clone)]
+pub struct Targets {
+    urls: Arc<Vec<String>>,
+    live: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Targets {
+    pub fn new(urls: Vec<String>, live: &[usize]) -> Targets {
+        Targets {
+            urls: Arc::new(urls),
+            live: Arc::new(Mutex::new(live.to_vec())),
+        }
+    }
+
+    pub fn set_live(&self, live: &[usize]) {
+        *self.live.lock().unwrap() = live.to_vec();
+    }
+
+    pub fn live(&self) -> Vec<usize> {
+        self.live.lock().unwrap().clone()
+    }
+
+    pub fn url(&self, slot: usize) -> &str {
+        &self.urls[slot]
+    }
+
+    pub fn slots(&self) -> usize {
+        self.urls.len()
+    }
+}
+
 /// A channel that connects lazily and reconnects after the member restarts.
 pub fn lazy_channel(url: &str) -> Channel {
     Endpoint::from_shared(url.to_string())
@@ -144,24 +178,24 @@ pub async fn run_op(
     outcome
 }
 
-/// One client: random operations on `keys` through random members until `stop`.
+/// One client: random operations on `keys` through random live members until `stop`.
 pub async fn client_loop(
     rec: Recorder,
     id: u64,
     seed: u64,
-    urls: Vec<String>,
+    targets: Targets,
     keys: usize,
     stop: Arc<AtomicBool>,
 ) -> usize {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut clients: Vec<KvClient<Channel>> = urls
-        .iter()
-        .map(|u| KvClient::new(lazy_channel(u)))
+    let mut clients: Vec<KvClient<Channel>> = (0..targets.slots())
+        .map(|s| KvClient::new(lazy_channel(targets.url(s))))
         .collect();
     let mut last_seen: Vec<Option<Kv>> = vec![None; keys];
     let mut n = 0usize;
     while !stop.load(Ordering::Relaxed) {
-        let m = rng.gen_range(0..clients.len());
+        let live = targets.live();
+        let m = live[rng.gen_range(0..live.len())];
         let ki = rng.gen_range(0..keys);
         let key = format!("{PREFIX}{ki}");
         let value = format!("c{id}-{n}").into_bytes();
@@ -263,7 +297,7 @@ pub async fn watch_session(
 /// A watcher that survives member faults: on a broken or idle stream it resumes from the next
 /// revision on another member. Each session is its own history.
 pub async fn watch_loop(
-    urls: Vec<String>,
+    targets: Targets,
     id: usize,
     stop: Arc<AtomicBool>,
     out: Arc<Mutex<Vec<WatchHistory>>>,
@@ -271,7 +305,8 @@ pub async fn watch_loop(
     let mut next = 1;
     let mut session = 0;
     while !stop.load(Ordering::Relaxed) {
-        let url = &urls[(id + session) % urls.len()];
+        let live = targets.live();
+        let url = targets.url(live[(id + session) % live.len()]);
         let name = format!("watcher {id} session {session} on {url} from {next}");
         let h = watch_session(url, name, next, Duration::from_secs(4), stop.clone()).await;
         next = next.max(h.complete_through + 1);
