@@ -61,8 +61,16 @@ async fn sequential_puts_cost_one_fsync_per_member_and_health_is_served() {
     let body_f = http_get(ports[follower], "/metrics").await.1;
     let dl = sample(&body_l, fsyncs) - before_l;
     let df = sample(&body_f, fsyncs) - before_f;
-    assert!(dl >= 300.0, "leader fsyncs grew by {dl}");
-    assert!(df >= 300.0, "follower fsyncs grew by {df}");
+    // About one fsync per put on each member, neither an extra one (the commit index rides
+    // with the next append) nor batching. Not exactly one: a put commits once any two members
+    // have it durable, so the third (the leader too) may still be syncing when the next put
+    // arrives, and then covers both with one fsync. Under load that happens a few times in 300.
+    for (who, d) in [("leader", dl), ("follower", df)] {
+        assert!(
+            (270.0..=330.0).contains(&d),
+            "{who} fsyncs grew by {d} for 300 sequential puts"
+        );
+    }
 
     assert_eq!(sample(&body_l, "etcd_server_is_leader"), 1.0);
     assert_eq!(sample(&body_f, "etcd_server_is_leader"), 0.0);
