@@ -312,7 +312,9 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         .add_service(services.cluster.clone())
         .add_service(services.maintenance.clone())
         .into_axum_router()
-        .layer(oversize::OversizeLayer)
+        .layer(tower::util::MapResponseLayer::new(
+            oversize::etcd_size_error,
+        ))
         .layer(crate::metrics::GrpcMetricsLayer);
     Routes::from(
         // JSON carries bytes as base64 (4/3 larger) plus field names and quotes.

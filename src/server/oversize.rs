@@ -4,13 +4,9 @@
 //! refuses it with `OutOfRange` "Error, decoded message length too large: found N bytes, the
 //! limit is: M bytes". grpc-go, and so etcd, answers `ResourceExhausted` "grpc: received
 //! message larger than max (N vs. M)", and clients (etcd's among them) treat the two codes
-//! differently. This layer rewrites exactly that status in a trailers-only response head and
-//! leaves every other response alone. (Requests between `--max-request-bytes` and the transport
+//! differently. [`etcd_size_error`] rewrites exactly that status in a trailers-only response
+//! head and leaves every other response alone. (Requests between `--max-request-bytes` and the transport
 //! limit reach the handler and get "etcdserver: request is too large", as in etcd.)
-
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use tonic::{Code, Status};
 
@@ -41,42 +37,10 @@ fn rewrite(headers: &mut http::HeaderMap) {
     }
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct OversizeLayer;
-
-impl<S> tower::Layer<S> for OversizeLayer {
-    type Service = Oversize<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        Oversize { inner }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Oversize<S> {
-    inner: S,
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for Oversize<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let mut res = fut.await?;
-            rewrite(res.headers_mut());
-            Ok(res)
-        })
-    }
+/// The response mapping the client router applies (as a `tower::util::MapResponseLayer`).
+pub fn etcd_size_error(mut res: axum::response::Response) -> axum::response::Response {
+    rewrite(res.headers_mut());
+    res
 }
 
 #[cfg(test)]
