@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{put, Cluster};
+use common::{get, put, Cluster};
 use kvd::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use kvd::proto::etcdserverpb::lease_client::LeaseClient;
 use kvd::proto::etcdserverpb::request_op::Request as Op;
@@ -515,6 +515,9 @@ async fn progress_notifications_and_requests_are_bookmarks() {
     let f = others(&c, l)[0];
     let mut kv = c.kv(l).await;
     put(&mut kv, "/registry/nodes/n1", "x").await.unwrap();
+    // A linearizable read on the follower waits until it has applied that put, so the watch
+    // below (from its current revision) starts after it and sees no event.
+    get(&mut c.kv(f).await, "/registry/nodes/n1").await.unwrap();
     let mut ws = Ws::open(&c, f).await;
     let id = ws
         .create(WatchCreateRequest {
