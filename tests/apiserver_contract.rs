@@ -17,8 +17,8 @@ use kvd::proto::etcdserverpb::watch_client::WatchClient;
 use kvd::proto::etcdserverpb::watch_request::RequestUnion;
 use kvd::proto::etcdserverpb::{
     CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, PutRequest, RangeRequest,
-    RangeResponse, RequestOp, StatusRequest, TxnRequest, TxnResponse, WatchCreateRequest,
-    WatchProgressRequest, WatchRequest, WatchResponse,
+    RangeResponse, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchProgressRequest,
+    WatchRequest, WatchResponse,
 };
 use kvd::proto::mvccpb::{event::EventType, Event, KeyValue};
 use tokio::sync::mpsc;
@@ -727,13 +727,7 @@ async fn maintenance_status() {
     put(&mut kv, "/registry/x", "y").await.unwrap();
     let mut leader_ids = vec![];
     for i in 0..3 {
-        let st = c
-            .maintenance(i)
-            .await
-            .status(StatusRequest {})
-            .await
-            .unwrap()
-            .into_inner();
+        let st = c.status(i).await;
         let v: Vec<u64> = st
             .version
             .split('.')

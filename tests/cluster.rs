@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{get, put, Cluster};
-use kvd::proto::etcdserverpb::{RangeRequest, StatusRequest};
+use kvd::proto::etcdserverpb::RangeRequest;
 
 fn other(than: &[usize]) -> usize {
     (0..3).find(|i| !than.contains(i)).unwrap()
@@ -41,15 +41,7 @@ async fn write_through_follower_read_through_another_member() {
     let mut ids = std::collections::BTreeSet::new();
     let mut cluster_ids = std::collections::BTreeSet::new();
     for i in 0..3 {
-        let h = c
-            .maintenance(i)
-            .await
-            .status(StatusRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .header
-            .unwrap();
+        let h = c.status(i).await.header.unwrap();
         ids.insert(h.member_id);
         cluster_ids.insert(h.cluster_id);
         assert!(h.raft_term >= 1);
@@ -107,27 +99,14 @@ async fn members_configured_by_etcd_environment_variables() {
 async fn graceful_stop_of_leader_hands_leadership_over() {
     let mut c = Cluster::start(3).await;
     let leader = c.wait_for_leader(Duration::from_secs(10)).await;
-    let old_id = c
-        .maintenance(leader)
-        .await
-        .status(StatusRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .leader;
+    let old_id = c.status(leader).await.leader;
     let t0 = std::time::Instant::now();
     let st = c.stop(leader);
     assert!(st.success(), "graceful stop exits 0: {st:?}");
     // Leadership moved before the leader exited: a survivor names a new leader right away,
     // without waiting for an election timeout.
     let survivor = other(&[leader]);
-    let st = c
-        .maintenance(survivor)
-        .await
-        .status(StatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let st = c.status(survivor).await;
     assert_ne!(
         st.leader, 0,
         "survivor has a leader immediately after the old leader stopped"
@@ -384,25 +363,11 @@ async fn restarted_leader_does_not_resume_its_old_term() {
     let mut c = Cluster::start(3).await;
     let leader = c.wait_for_leader(Duration::from_secs(10)).await;
     let term = |st: kvd::proto::etcdserverpb::StatusResponse| st.raft_term;
-    let old_term = term(
-        c.maintenance(leader)
-            .await
-            .status(StatusRequest {})
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let old_term = term(c.status(leader).await);
     c.kill(leader);
     c.spawn(leader);
     let now_leader = c.wait_for_leader(Duration::from_secs(20)).await;
-    let new_term = term(
-        c.maintenance(now_leader)
-            .await
-            .status(StatusRequest {})
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let new_term = term(c.status(now_leader).await);
     assert!(
         new_term > old_term,
         "leader m{now_leader} leads in term {new_term}, the killed leader's term was {old_term}"

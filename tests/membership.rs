@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{get, put, Cluster};
 use kvd::proto::etcdserverpb::{
     MemberAddRequest, MemberAddResponse, MemberListRequest, MemberPromoteRequest,
-    MemberRemoveRequest, MemberUpdateRequest, MoveLeaderRequest, RangeRequest, StatusRequest,
+    MemberRemoveRequest, MemberUpdateRequest, MoveLeaderRequest, RangeRequest,
 };
 use tonic::Code;
 
@@ -21,13 +21,7 @@ use tonic::Code;
 const SETTLE: Duration = Duration::from_millis(5500);
 
 async fn member_id(c: &Cluster, i: usize) -> u64 {
-    let st = c
-        .maintenance(i)
-        .await
-        .status(StatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let st = c.status(i).await;
     st.header.unwrap().member_id
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use kvd::proto::etcdserverpb::cluster_client::ClusterClient;
 use kvd::proto::etcdserverpb::kv_client::KvClient;
 use kvd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
-use kvd::proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
+use kvd::proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest, StatusResponse};
 use tonic::transport::Channel;
 
 pub mod faults;
@@ -271,6 +271,16 @@ impl Cluster {
 
     pub async fn maintenance(&self, i: usize) -> MaintenanceClient<Channel> {
         MaintenanceClient::new(channel(&self.members[i].client_url()).await)
+    }
+
+    /// Member `i`'s Maintenance.Status answer (panics if it fails).
+    pub async fn status(&self, i: usize) -> StatusResponse {
+        self.maintenance(i)
+            .await
+            .status(StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
     }
 
     /// Index of the member every running member agrees is leader.
