@@ -572,10 +572,7 @@ async fn run_and_assert(lives: u64) {
     assert!(report.acked > 0, "nothing was acknowledged: {report:?}");
 }
 
-// Behind --ignored while an open divergence stands: seed 5497615736649158196 ends, within 10-18
-// lives, with two members listing different keys at the same revision (see docs/testing.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open divergence finding, see docs/testing.md; run with --ignored"]
 async fn whole_node_power_loss_keeps_acknowledged_writes() {
     run_and_assert(env_u64("KVD_POWERLOSS_LIVES").unwrap_or(6)).await;
 }

@@ -64,7 +64,7 @@ use view::{range_at, Committed, KeyRange, View};
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
     LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 use crate::proto::mvccpb::{event::EventType, Event, KeyValue};
 
@@ -213,14 +213,20 @@ impl MvccStore {
     }
 
     /// A range read at `req.revision` (0 = current), with etcd 3.4's semantics. The
-    /// response header is `None`; the revision read at is [`Self::current_revision`] at call
-    /// time when `req.revision` is 0.
+    /// response header carries only `revision`: the store's current revision when the read
+    /// began (etcd's `rr.Rev`), which is also the revision read at when `req.revision` is 0.
+    /// Callers must report that one, not a fresh [`Self::current_revision`]: an apply between
+    /// the read and a second look would pair the data with a newer revision than it shows.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
         let cur = self.current_revision();
         let compacted = self.compacted_revision();
-        let resp = range_at(&self.committed(), req, cur, compacted)?;
+        let mut resp = range_at(&self.committed(), req, cur, compacted)?;
         let rev = if req.revision <= 0 { cur } else { req.revision };
         self.recheck_compacted(rev)?;
+        resp.header = Some(ResponseHeader {
+            revision: cur,
+            ..Default::default()
+        });
         Ok(resp)
     }
 

@@ -167,7 +167,10 @@ impl Model {
         if rev < self.compacted {
             return Err(MvccError::Compacted);
         }
-        Ok(model_range(&self.states[rev as usize], req))
+        Ok(RangeResponse {
+            header: hdr(self.cur()),
+            ..model_range(&self.states[rev as usize], req)
+        })
     }
 
     fn apply(&mut self, req: &WriteRequest) -> Result<WriteResponse, MvccError> {

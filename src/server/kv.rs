@@ -54,7 +54,8 @@ impl Kv for KvService {
             .mvcc
             .range(&r)
             .map_err(ApiError::from)?;
-        resp.header = self.ctx.header(self.ctx.current_revision());
+        // The revision the data was read at; the store may have moved on since.
+        resp.header = self.ctx.header(resp.header.map_or(0, |h| h.revision));
         Ok(Response::new(resp))
     }
 
