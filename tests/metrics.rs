@@ -77,7 +77,9 @@ async fn sequential_puts_cost_one_fsync_per_member_and_health_is_served() {
     assert_eq!(sample(&body_f, "etcd_server_has_leader"), 1.0);
     assert!(sample(&body_l, "etcd_server_proposals_applied_total") >= 301.0);
     assert!(sample(&body_l, "etcd_server_leader_changes_seen_total") >= 1.0);
-    assert!(sample(&body_l, "etcd_disk_backend_commit_duration_seconds_count") >= 300.0);
+    // One commit per ~100 ms of applies (etcd: per batch interval), not one per put.
+    let commits = sample(&body_l, "etcd_disk_backend_commit_duration_seconds_count");
+    assert!((1.0..300.0).contains(&commits), "{commits} backend commits");
     assert!(sample(&body_l, "etcd_mvcc_db_total_size_in_bytes") > 0.0);
     assert!(sample(&body_l, "etcd_disk_wal_write_bytes_total") > 0.0);
     assert!(

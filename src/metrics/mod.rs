@@ -31,7 +31,8 @@ pub use grpc::GrpcMetricsLayer;
 pub use histogram::AtomicHistogram;
 pub use recent::{RecentLatency, RecentSummary, WINDOW_SECS};
 
-/// Duration of each state-machine apply batch's sled transaction (etcd:
+/// Duration of each sled transaction of the MVCC committer, one per ~100 ms of applied
+/// batches (etcd:
 /// `etcd_disk_backend_commit_duration_seconds`, same buckets as the WAL fsync histogram).
 pub static BACKEND_COMMIT: AtomicHistogram = AtomicHistogram::new();
 

@@ -1,19 +1,19 @@
 //! Execution of write requests: history records and leases go to an in-memory overlay
-//! of the committed trees, the key index is changed in place.
+//! of the applied state, the key index is changed in place.
 //!
-//! sled transactions cannot iterate, so a batch first runs every request against
-//! [`Batch`] (committed trees + overlay of pending changes) and then writes the
-//! overlay in one sled transaction. The applier is single-threaded, so the committed
-//! trees cannot change underneath a batch. Every change is logged for undo: a failed
-//! request rolls back to its start, a failed commit rolls back the whole batch (the key
-//! index included, see [`super::mem_index`] for why in-place changes are safe for readers).
+//! A batch runs every request against [`Batch`] (applied state + overlay of this batch's
+//! changes); the overlay then becomes one [`Layer`] of the pending buffer, which reaches sled
+//! in one transaction with the layers around it. The applier is single-threaded, so the
+//! applied state cannot change underneath a batch. Every change is logged for undo: a failed
+//! request rolls back to its start, a storage error rolls back the whole batch (the key index
+//! included, see [`super::mem_index`] for why in-place changes are safe for readers).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
 use super::index::{Found, KeyIndex, Query, Record, Revision};
-use super::mem_index::MemIndex;
+use super::pending::Layer;
 use super::view::{live_kvs, range_at, Committed, KeyRange, View};
 use super::{MvccError, WriteRequest, WriteResponse};
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
@@ -109,23 +109,16 @@ impl View for Batch<'_> {
     }
 }
 
-/// The overlay as tree writes, ready for the sled transaction.
-pub(crate) struct Writes {
-    pub rev: Vec<([u8; 16], Option<Vec<u8>>)>,
-    pub lease: Vec<([u8; 8], Option<Vec<u8>>)>,
-}
-
 impl<'a> Batch<'a> {
     pub fn new(
-        idx: &'a MemIndex,
-        rev: &'a sled::Tree,
+        committed: Committed<'a>,
         leases_tree: &'a sled::Tree,
         cur: i64,
         published_compacted: &'a AtomicI64,
     ) -> Self {
         let compacted = published_compacted.load(AtomicOrdering::SeqCst);
         Batch {
-            committed: Committed { idx, rev },
+            committed,
             rev: BTreeMap::new(),
             leases: BTreeMap::new(),
             leases_tree,
@@ -136,17 +129,12 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Takes the overlay as tree writes. The undo log stays, for [`Self::rollback`].
-    pub fn take_writes(&mut self) -> Writes {
-        Writes {
-            rev: std::mem::take(&mut self.rev)
-                .into_iter()
-                .map(|(r, v)| (r.to_bytes(), v))
-                .collect(),
-            lease: std::mem::take(&mut self.leases)
-                .into_iter()
-                .map(|(id, ttl)| (id.to_be_bytes(), ttl.map(|t| t.to_be_bytes().to_vec())))
-                .collect(),
+    /// Takes the overlay as a layer of tree writes (no metadata yet).
+    pub fn take_writes(&mut self) -> Layer {
+        Layer {
+            rev: std::mem::take(&mut self.rev),
+            lease: std::mem::take(&mut self.leases),
+            meta: Default::default(),
         }
     }
 
@@ -154,7 +142,7 @@ impl<'a> Batch<'a> {
     fn lease_ttl(&self, id: i64) -> Result<Option<i64>, MvccError> {
         match self.leases.get(&id) {
             Some(ttl) => Ok(*ttl),
-            None => super::lease_ttl_in(self.leases_tree, id),
+            None => super::lease_ttl_in(self.committed.pending, self.leases_tree, id),
         }
     }
 

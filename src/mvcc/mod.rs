@@ -1,7 +1,9 @@
 //! Multi-version key-value storage with etcd 3.4 semantics, on sled.
 //!
 //! # Layout
-//! Three sled trees, all changed by one sled transaction per applied batch:
+//! Three sled trees, changed through the write-back buffer of [`pending`]: an apply merges
+//! its batch into memory, a committer thread writes it to sled in one transaction about every
+//! 100 ms:
 //! - [`REV_TREE`]: the history. Key = main revision (8 bytes BE) ++ sub revision (8 bytes
 //!   BE); value = one tombstone flag byte ++ prost-encoded `KeyValue`. Tombstones hold only
 //!   `key` and `mod_revision`.
@@ -12,7 +14,7 @@
 //! - [`META_TREE`]: the current and compacted revision under keys starting with
 //!   [`RESERVED_META_PREFIX`], plus whatever the caller passes to [`MvccStore::apply`].
 //!
-//! Beside them, in memory only, the key index (user key -> generations of revisions, like
+//! Beside them, in memory only, the pending writes ([`pending`]) and the key index (user key -> generations of revisions, like
 //! etcd's `keyIndex`), so "the key's revision visible at R" needs no history scan. It is
 //! rebuilt from the history on open and on snapshot load (see [`mem_index`]).
 //!
@@ -26,7 +28,10 @@
 //!   and everything newer than C. Hence any revision R >= C reads the same data as before
 //!   the compaction.
 //! - The published current revision (an atomic) is raised only after the batch that
-//!   produced it has committed, so readers never look for data that is not there yet.
+//!   produced it is in the pending buffer, so readers never look for data that is not there
+//!   yet. Every read of the trees goes through the buffer first.
+//! - sled holds a prefix of the applied batches, whole batches only, including the caller's
+//!   metadata; [`MvccStore::flush`] (and [`MvccStore::dump`]) commit everything first.
 //!   The published compacted revision is raised *before* the compaction commits, and
 //!   readers check it again after reading: a read that raced with a compaction fails
 //!   with [`MvccError::Compacted`] rather than returning partial data.
@@ -39,6 +44,7 @@ mod error;
 mod gosort;
 mod index;
 mod mem_index;
+mod pending;
 mod view;
 
 #[cfg(test)]
@@ -46,11 +52,10 @@ mod model_tests;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
 pub use error::MvccError;
@@ -59,6 +64,7 @@ pub use index::Revision;
 use apply::Batch;
 use index::{Query, Record};
 use mem_index::MemIndex;
+use pending::{Pending, Trees};
 use view::{range_at, Committed, KeyRange, View};
 
 use crate::proto::etcdserverpb::{
@@ -126,9 +132,54 @@ struct Inner {
     idx: MemIndex,
     meta: sled::Tree,
     lease: sled::Tree,
+    pending: Arc<Pending>,
     current: AtomicI64,
     compacted: AtomicI64,
     apply_lock: Mutex<()>,
+}
+
+impl Inner {
+    fn trees(&self) -> Trees<'_> {
+        Trees {
+            rev: &self.rev,
+            meta: &self.meta,
+            lease: &self.lease,
+        }
+    }
+
+    fn commit(&self) -> Result<(), MvccError> {
+        self.pending.commit(&self.trees())
+    }
+}
+
+impl Drop for Inner {
+    /// A store closed normally leaves nothing behind in memory (a crash may; Raft re-applies).
+    fn drop(&mut self) {
+        if let Err(e) = self.commit() {
+            tracing::error!(error = %e, "committing pending MVCC writes on close");
+        }
+    }
+}
+
+/// Commits the pending buffer when due, until the store is dropped.
+fn run_committer(pending: Arc<Pending>, store: Weak<Inner>) {
+    loop {
+        // The store is upgraded only for a due commit: a store closed with nothing pending
+        // (the server flushes on stop) is never kept open, holding sled's lock, by this thread.
+        if !pending.wait_due(Duration::from_millis(200)) {
+            if store.strong_count() == 0 {
+                return;
+            }
+            continue;
+        }
+        let Some(inner) = store.upgrade() else { return };
+        if let Err(e) = inner.commit() {
+            // The writes stay pending (and readable); retry, without spinning.
+            tracing::error!(error = %e, "committing pending MVCC writes to sled");
+            drop(inner);
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
 }
 
 /// Handle to the MVCC store; cheap to clone, `Send + Sync`.
@@ -160,6 +211,7 @@ impl MvccStore {
             idx: MemIndex::default(),
             meta: db.open_tree(META_TREE)?,
             lease: db.open_tree(LEASE_TREE)?,
+            pending: Arc::default(),
             current: AtomicI64::new(1),
             compacted: AtomicI64::new(NEVER_COMPACTED),
             apply_lock: Mutex::new(()),
@@ -169,16 +221,21 @@ impl MvccStore {
         };
         store.inner.idx.rebuild(&store.inner.rev)?;
         store.reload_counters()?;
+        let (pending, weak) = (store.inner.pending.clone(), Arc::downgrade(&store.inner));
+        std::thread::Builder::new()
+            .name("mvcc-commit".into())
+            .spawn(move || run_committer(pending, weak))
+            .map_err(|e| MvccError::Storage(format!("starting the MVCC committer: {e}")))?;
         Ok(store)
     }
 
     fn reload_counters(&self) -> Result<(), MvccError> {
         let i = &self.inner;
-        let cur = match i.meta.get(META_CURRENT)? {
+        let cur = match self.get_meta(META_CURRENT)? {
             Some(v) => decode_i64(&v)?,
             None => 1,
         };
-        let compacted = match i.meta.get(META_COMPACTED)? {
+        let compacted = match self.get_meta(META_COMPACTED)? {
             Some(v) => decode_i64(&v)?,
             None => NEVER_COMPACTED,
         };
@@ -201,6 +258,7 @@ impl MvccStore {
         Committed {
             idx: &self.inner.idx,
             rev: &self.inner.rev,
+            pending: &self.inner.pending,
         }
     }
 
@@ -230,10 +288,11 @@ impl MvccStore {
         Ok(resp)
     }
 
-    /// Applies `reqs` in order and writes `meta` (`None` = delete) into [`META_TREE`], all
-    /// in one sled transaction. A request that fails changes nothing and gets its error in
-    /// the returned vector; the outer error means nothing at all was written (storage
-    /// failure or a reserved meta key). Does not flush.
+    /// Applies `reqs` in order and writes `meta` (`None` = delete) into [`META_TREE`], as one
+    /// unit: they reach sled in the same transaction (see [`pending`]), later. A request that
+    /// fails changes nothing and gets its error in the returned vector; the outer error means
+    /// nothing at all was written (a storage read failed, or a reserved meta key). Does not
+    /// flush.
     pub fn apply(
         &self,
         reqs: &[WriteRequest],
@@ -249,7 +308,7 @@ impl MvccStore {
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old_cur = self.current_revision();
         let old_compacted = self.compacted_revision();
-        let mut batch = Batch::new(&i.idx, &i.rev, &i.lease, old_cur, &i.compacted);
+        let mut batch = Batch::new(self.committed(), &i.lease, old_cur, &i.compacted);
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
             match batch.apply_one(r) {
@@ -261,54 +320,34 @@ impl MvccStore {
             }
         }
         let (cur, compacted) = (batch.cur, batch.compacted);
-        let writes = batch.take_writes();
-        let mut meta_w = meta.to_vec();
+        let mut layer = batch.take_writes();
+        layer
+            .meta
+            .extend(meta.iter().map(|(k, v)| (k.clone(), v.clone())));
         if cur != old_cur {
-            meta_w.push((META_CURRENT.to_vec(), Some(cur.to_be_bytes().to_vec())));
+            layer
+                .meta
+                .insert(META_CURRENT.to_vec(), Some(cur.to_be_bytes().to_vec()));
         }
         if compacted != old_compacted {
             // Already published (by the batch, before it changed the key index), so that
             // a reader that misses compacted data also sees the new compacted revision
             // when it re-checks.
-            meta_w.push((
+            layer.meta.insert(
                 META_COMPACTED.to_vec(),
                 Some(compacted.to_be_bytes().to_vec()),
-            ));
+            );
         }
-        let res = (&i.rev, &i.meta, &i.lease).transaction(|(tr, tm, tl)| {
-            for (k, v) in &writes.rev {
-                match v {
-                    Some(v) => tr.insert(&k[..], &v[..])?,
-                    None => tr.remove(&k[..])?,
-                };
-            }
-            for (k, v) in &meta_w {
-                match v {
-                    Some(v) => tm.insert(&k[..], &v[..])?,
-                    None => tm.remove(&k[..])?,
-                };
-            }
-            for (k, v) in &writes.lease {
-                match v {
-                    Some(v) => tl.insert(&k[..], &v[..])?,
-                    None => tl.remove(&k[..])?,
-                };
-            }
-            Ok::<(), ConflictableTransactionError<()>>(())
-        });
-        if let Err(e) = res {
-            batch.rollback(old_compacted);
-            return Err(match e {
-                TransactionError::Storage(e) => e.into(),
-                TransactionError::Abort(()) => MvccError::Storage("transaction aborted".into()),
-            });
-        }
+        i.pending.merge(layer);
         i.current.store(cur, Ordering::SeqCst);
         Ok(out)
     }
 
     /// A value from [`META_TREE`].
     pub fn get_meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, MvccError> {
+        if let Some(v) = self.inner.pending.meta(key) {
+            return Ok(v);
+        }
         Ok(self.inner.meta.get(key)?.map(|v| v.to_vec()))
     }
 
@@ -345,19 +384,15 @@ impl MvccStore {
         let lo = Revision {
             main: start,
             sub: 0,
-        }
-        .to_bytes();
+        };
         let hi = Revision {
             main: cur + 1,
             sub: 0,
-        }
-        .to_bytes();
+        };
         let mut events = Vec::new();
         let mut next_revision = cur + 1;
-        for item in self.inner.rev.range(lo..hi) {
-            let (k, v) = item?;
-            let rev = Revision::from_bytes(&k)?;
-            let rec = Record::decode(&v)?;
+        for item in self.history(lo, hi) {
+            let (rev, rec) = item?;
             if !kr.contains(&rec.kv.key) {
                 continue;
             }
@@ -392,6 +427,48 @@ impl MvccStore {
         })
     }
 
+    /// The history records in `[lo, hi)`, in revision order: sled's merged with the pending
+    /// buffer's (which wins where both have one).
+    fn history(
+        &self,
+        lo: Revision,
+        hi: Revision,
+    ) -> impl Iterator<Item = Result<(Revision, Record), MvccError>> + '_ {
+        // The pending snapshot is taken before sled is read: whatever leaves the buffer
+        // afterwards is in sled by then (see `pending`).
+        let mut pending = self.inner.pending.rev_range(lo, hi).into_iter().peekable();
+        let mut sled = self
+            .inner
+            .rev
+            .range(lo.to_bytes()..hi.to_bytes())
+            .map(|item| -> Result<(Revision, sled::IVec), MvccError> {
+                let (k, v) = item?;
+                Ok((Revision::from_bytes(&k)?, v))
+            })
+            .peekable();
+        std::iter::from_fn(move || loop {
+            let take_sled = match (sled.peek(), pending.peek()) {
+                (None, None) => return None,
+                (Some(Err(_)), _) | (Some(Ok(_)), None) => true,
+                (Some(Ok((s, _))), Some((p, _))) => s < p,
+                (None, Some(_)) => false,
+            };
+            if take_sled {
+                return sled.next().map(|item| {
+                    let (r, v) = item?;
+                    Ok((r, Record::decode(&v)?))
+                });
+            }
+            let (r, v) = pending.next()?;
+            if matches!(sled.peek(), Some(Ok((s, _))) if *s == r) {
+                sled.next();
+            }
+            if let Some(v) = v {
+                return Some(Record::decode(&v).map(|rec| (r, rec)));
+            }
+        })
+    }
+
     fn prev_of(
         &self,
         view: &Committed<'_>,
@@ -407,22 +484,25 @@ impl MvccStore {
         Ok(view.record(found.rev)?.map(|r| r.kv))
     }
 
-    /// Every entry of the MVCC trees as (tree name, key, value), for snapshots. Only a
-    /// point-in-time image if no apply runs during the iteration.
+    /// Every entry of the MVCC trees as (tree name, key, value), for snapshots. Commits the
+    /// pending buffer first. Only a point-in-time image if no apply runs during the iteration.
     pub fn dump(&self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> + '_ {
         let i = &self.inner;
-        [
-            (REV_TREE, &i.rev),
-            (META_TREE, &i.meta),
-            (LEASE_TREE, &i.lease),
-        ]
-        .into_iter()
-        .flat_map(|(name, tree)| {
-            tree.iter().map(move |item| {
-                let (k, v) = item?;
-                Ok((name.to_string(), k.to_vec(), v.to_vec()))
-            })
-        })
+        let committed = i.commit().err().map(Err).into_iter();
+        committed.chain(
+            [
+                (REV_TREE, &i.rev),
+                (META_TREE, &i.meta),
+                (LEASE_TREE, &i.lease),
+            ]
+            .into_iter()
+            .flat_map(|(name, tree)| {
+                tree.iter().map(move |item| {
+                    let (k, v) = item?;
+                    Ok((name.to_string(), k.to_vec(), v.to_vec()))
+                })
+            }),
+        )
     }
 
     /// Replaces the whole store content with `entries` (as produced by [`Self::dump`]).
@@ -435,6 +515,7 @@ impl MvccStore {
     {
         let i = &self.inner;
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        i.pending.clear();
         i.rev.clear()?;
         i.meta.clear()?;
         i.lease.clear()?;
@@ -454,19 +535,23 @@ impl MvccStore {
 
     /// The granted TTL of lease `id`, if the lease exists.
     pub fn lease_ttl(&self, id: i64) -> Result<Option<i64>, MvccError> {
-        lease_ttl_in(&self.inner.lease, id)
+        lease_ttl_in(&self.inner.pending, &self.inner.lease, id)
     }
 
     /// Every lease as (id, granted TTL), by id.
     pub fn leases(&self) -> Result<Vec<(i64, i64)>, MvccError> {
-        self.inner
-            .lease
-            .iter()
-            .map(|item| {
-                let (k, v) = item?;
-                Ok((decode_i64(&k)?, decode_i64(&v)?))
-            })
-            .collect()
+        let mut all = BTreeMap::new();
+        for item in self.inner.lease.iter() {
+            let (k, v) = item?;
+            all.insert(decode_i64(&k)?, decode_i64(&v)?);
+        }
+        for (id, ttl) in self.inner.pending.leases() {
+            match ttl {
+                Some(t) => all.insert(id, t),
+                None => all.remove(&id),
+            };
+        }
+        Ok(all.into_iter().collect())
     }
 
     /// The current keys attached to lease `id`, in key order.
@@ -477,13 +562,23 @@ impl MvccStore {
         Ok(keys)
     }
 
-    /// Flushes the sled database (apply never does).
+    /// Commits the pending buffer to sled now (the committer does so within
+    /// [`pending::COMMIT_INTERVAL`] anyway). Not durable until [`Self::flush`].
+    pub fn commit(&self) -> Result<(), MvccError> {
+        self.inner.commit()
+    }
+
+    /// Commits the pending buffer and flushes the sled database (apply never does).
     pub fn flush(&self) -> Result<usize, MvccError> {
+        self.inner.commit()?;
         Ok(self.inner.db.flush()?)
     }
 }
 
-fn lease_ttl_in(tree: &sled::Tree, id: i64) -> Result<Option<i64>, MvccError> {
+fn lease_ttl_in(pending: &Pending, tree: &sled::Tree, id: i64) -> Result<Option<i64>, MvccError> {
+    if let Some(ttl) = pending.lease(id) {
+        return Ok(ttl);
+    }
     tree.get(id.to_be_bytes())?
         .map(|v| decode_i64(&v))
         .transpose()

@@ -597,6 +597,8 @@ fn run_seed(seed: u64, steps: usize) {
                 assert_eq!(s.range(&req), m.range(&req), "{ctx}: {req:?}");
             }
             17 | 18 => check_events(&s, &m, &mut rng, &ctx),
+            // Moves the pending buffer to sled, so reads span both.
+            19 if rng.gen_bool(0.5) => s.commit().unwrap(),
             _ => {
                 s.flush().unwrap();
                 drop(s);

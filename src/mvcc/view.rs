@@ -5,6 +5,7 @@ use std::ops::Bound;
 use super::gosort;
 use super::index::{Found, KeyIndex, Query, Record, Revision};
 use super::mem_index::MemIndex;
+use super::pending::Pending;
 use super::MvccError;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
@@ -69,12 +70,14 @@ pub(crate) trait View {
     fn record(&self, rev: Revision) -> Result<Option<Record>, MvccError>;
 }
 
-/// The committed state: the in-memory index and the history tree, read without the apply
-/// lock. Callers bound every lookup by a revision they know is fully committed, so a
-/// concurrent apply only adds entries they cannot see.
+/// The applied state: the in-memory index and the history (pending buffer over sled's
+/// tree), read without the apply lock. Callers bound every lookup by a revision they know is
+/// fully applied, so a concurrent apply only adds entries they cannot see.
+#[derive(Clone, Copy)]
 pub(crate) struct Committed<'a> {
     pub idx: &'a MemIndex,
     pub rev: &'a sled::Tree,
+    pub pending: &'a Pending,
 }
 
 impl View for Committed<'_> {
@@ -92,6 +95,9 @@ impl View for Committed<'_> {
     }
 
     fn record(&self, rev: Revision) -> Result<Option<Record>, MvccError> {
+        if let Some(v) = self.pending.rev(rev) {
+            return v.map(|v| Record::decode(&v)).transpose();
+        }
         self.rev
             .get(rev.to_bytes())?
             .map(|v| Record::decode(&v))

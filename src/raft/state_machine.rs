@@ -1,10 +1,11 @@
 //! The Raft state machine: etcd's MVCC key space on sled, plus Raft's own apply metadata.
 //!
 //! Invariants:
-//! - Data, last-applied log id, membership and member attributes change in ONE sled
-//!   transaction per applied batch (`MvccStore::apply` takes the metadata writes), so after a
-//!   crash sled is at some batch boundary, never between.
-//! - sled is not the source of truth and is not flushed per apply: on restart openraft
+//! - Data, last-applied log id, membership and member attributes of an applied batch reach
+//!   sled in ONE transaction (`MvccStore::apply` takes the metadata writes; the MVCC committer
+//!   writes whole batches), so after a crash sled is at some batch boundary, never between.
+//! - sled is not the source of truth and is not flushed per apply (an apply reaches sled only
+//!   with the MVCC committer's next transaction, see `mvcc::pending`): on restart openraft
 //!   re-applies from sled's last-applied up to the durable committed index in the WAL.
 //! - A snapshot is a point-in-time dump taken on the state-machine task (apply is paused while
 //!   it copies), written to a file that is fsynced, renamed and whose directory is fsynced.
@@ -75,7 +76,7 @@ pub struct SmShared {
     /// The leader's lease expiry bookkeeping; apply tells it about grants and revokes.
     pub lessor: Lessor,
     /// The store revision after the last apply: watchers wake on it and read new events from
-    /// the MVCC history (which is durable in sled before this is sent).
+    /// the MVCC history (which holds the batch, in memory or in sled, before this is sent).
     revision_tx: watch::Sender<i64>,
 }
 
@@ -216,7 +217,7 @@ impl StateMachine {
         let payload: SnapshotPayload = decode("snapshot", data)?;
         let mvcc = &self.shared.mvcc;
         mvcc.apply(&[], &[(META_INSTALLING.to_vec(), Some(b"1".to_vec()))])?;
-        self.shared.db.flush()?;
+        mvcc.flush()?;
         mvcc.load(payload.items)?;
         // The dump carries the snapshot's own last-applied and membership; restate them from
         // the meta in case the dump was taken by an older layout.
@@ -231,7 +232,7 @@ impl StateMachine {
                 (META_INSTALLING.to_vec(), None),
             ],
         )?;
-        self.shared.db.flush()?;
+        mvcc.flush()?;
         self.shared.lessor.sync(&mvcc.leases()?);
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
@@ -352,10 +353,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(m) = &membership {
             meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
         }
-        let started = std::time::Instant::now();
-        let applied = self.shared.mvcc.apply(&reqs, &meta);
-        crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
-        let mut results = applied.map_err(StoreError::from)?;
+        let mut results = self
+            .shared
+            .mvcc
+            .apply(&reqs, &meta)
+            .map_err(StoreError::from)?;
         let current = self.shared.mvcc.current_revision();
         // Before any responder fires: a client that got its grant can keep it alive at once.
         for (req, res) in reqs.iter().zip(&results) {
@@ -465,7 +467,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_log_id: last_applied,
             last_membership: membership,
         };
-        // sled must be at least as new as the snapshot before openraft purges the log below it.
+        // sled must be at least as new as the snapshot before openraft purges the log below it
+        // (the dump committed the pending buffer; this makes it durable).
         self.sm
             .shared
             .db

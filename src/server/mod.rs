@@ -292,6 +292,11 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     if let Err(e) = node.log.flush_committed().await {
         tracing::warn!("could not persist the committed index: {e}");
     }
+    // Not needed for safety (the log has every applied entry), but a restart then replays
+    // nothing that was already applied.
+    if let Err(e) = node.sm.shared.mvcc.flush() {
+        tracing::warn!("could not write applied state to the state-machine database: {e}");
+    }
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
     }
