@@ -304,16 +304,31 @@ impl<'a> Batch<'a> {
         if req.lease != 0 && self.lease_ttl(req.lease)?.is_none() {
             return Err(MvccError::LeaseNotFound);
         }
-        let prev = self.live(&req.key)?;
+        // The previous value is read from the history only when the request needs more of it
+        // than the index knows (a history read is a sled lookup, blocked while a commit runs).
+        let (prev, life) = if req.prev_kv || req.ignore_value || req.ignore_lease {
+            let prev = self.live(&req.key)?;
+            let life = prev.as_ref().map(|p| (p.create_revision, p.version));
+            (prev, life)
+        } else {
+            let life = self.committed.idx.life(&req.key);
+            #[cfg(debug_assertions)]
+            {
+                let read = self.live(&req.key)?;
+                let from_history = read.map(|p| (p.create_revision, p.version));
+                debug_assert_eq!(life, from_history, "index life of {:?}", req.key);
+            }
+            (None, life)
+        };
         if (req.ignore_value || req.ignore_lease) && prev.is_none() {
             return Err(MvccError::KeyNotFound);
         }
         let rev = ctx.next();
         let kv = KeyValue {
             key: req.key.clone(),
-            create_revision: prev.as_ref().map_or(rev.main, |p| p.create_revision),
+            create_revision: life.map_or(rev.main, |(created, _)| created),
             mod_revision: rev.main,
-            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            version: life.map_or(1, |(_, version)| version + 1),
             value: match (&prev, req.ignore_value) {
                 (Some(p), true) => p.value.clone(),
                 _ => req.value.clone(),

@@ -56,10 +56,14 @@ struct Generation {
 /// etcd's `keyIndex`.
 ///
 /// Invariants: no generation is empty; only the last generation may be open; revisions
-/// strictly increase across the whole index.
+/// strictly increase across the whole index. While the key is live, `created` and `version`
+/// are its current value's `create_revision` and `version` (etcd's generation `created` and
+/// `ver`), so a put needs no history read to fill them in; otherwise they mean nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KeyIndex {
     gens: Vec<Generation>,
+    created: i64,
+    version: i64,
 }
 
 /// A revision found in a [`KeyIndex`] and whether it is the tombstone of its generation.
@@ -117,17 +121,28 @@ impl KeyIndex {
 
     /// Whether the key exists (is not deleted) at its newest revision.
     pub fn is_live(&self) -> bool {
-        matches!(self.latest(), Some(f) if !f.tombstone)
+        matches!(self.gens.last(), Some(g) if !g.closed)
+    }
+
+    /// `(create_revision, version)` of the key's current value, if it is live.
+    pub fn life(&self) -> Option<(i64, i64)> {
+        self.is_live().then_some((self.created, self.version))
     }
 
     pub fn put(&mut self, rev: Revision) {
         debug_assert!(self.latest().is_none_or(|f| f.rev < rev));
         match self.gens.last_mut() {
-            Some(g) if !g.closed => g.revs.push(rev),
-            _ => self.gens.push(Generation {
-                revs: vec![rev],
-                closed: false,
-            }),
+            Some(g) if !g.closed => {
+                g.revs.push(rev);
+                self.version += 1;
+            }
+            _ => {
+                self.gens.push(Generation {
+                    revs: vec![rev],
+                    closed: false,
+                });
+                (self.created, self.version) = (rev.main, 1);
+            }
         }
     }
 
@@ -150,6 +165,8 @@ impl KeyIndex {
             if g.closed {
                 // A tombstone always closes a generation that already had a put.
                 g.closed = false;
+            } else {
+                self.version -= 1;
             }
             if g.revs.is_empty() {
                 self.gens.pop();
@@ -158,12 +175,16 @@ impl KeyIndex {
         self.gens.is_empty()
     }
 
-    /// Adds a revision read back from the history, in revision order. Unlike
+    /// Adds a revision read back from the history, in revision order, with its record's
+    /// `create_revision` and `version` (`life`, ignored for a tombstone). Unlike
     /// [`Self::tombstone`] it tolerates a tombstone with no open generation (it starts a
     /// closed one), so a damaged history still loads.
-    pub fn restore(&mut self, rev: Revision, tombstone: bool) {
+    pub fn restore(&mut self, rev: Revision, tombstone: bool, life: (i64, i64)) {
         match (tombstone, self.gens.last_mut()) {
-            (false, _) => self.put(rev),
+            (false, _) => {
+                self.put(rev);
+                (self.created, self.version) = life;
+            }
             (true, Some(g)) if !g.closed => {
                 g.revs.push(rev);
                 g.closed = true;
@@ -206,7 +227,11 @@ impl KeyIndex {
         let rest = if gens.is_empty() {
             None
         } else {
-            Some(KeyIndex { gens })
+            Some(KeyIndex {
+                gens,
+                created: self.created,
+                version: self.version,
+            })
         };
         (rest, removed)
     }

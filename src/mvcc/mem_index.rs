@@ -43,7 +43,10 @@ impl MemIndex {
             let (k, v) = item?;
             let r = Revision::from_bytes(&k)?;
             let rec = Record::decode(&v)?;
-            map.entry(rec.kv.key).or_default().restore(r, rec.tombstone);
+            let life = (rec.kv.create_revision, rec.kv.version);
+            map.entry(rec.kv.key)
+                .or_default()
+                .restore(r, rec.tombstone, life);
         }
         *self.write() = map;
         Ok(())
@@ -52,6 +55,11 @@ impl MemIndex {
     /// Answers `q` about `key` without copying its revisions.
     pub fn find(&self, key: &[u8], q: Query) -> Option<Found> {
         self.read().get(key).and_then(|ki| ki.query(q))
+    }
+
+    /// `(create_revision, version)` of `key`'s current value, if it is live.
+    pub fn life(&self, key: &[u8]) -> Option<(i64, i64)> {
+        self.read().get(key).and_then(KeyIndex::life)
     }
 
     /// A copy of `key`'s index.
