@@ -71,7 +71,7 @@ pub struct Flags {
     #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
     pub election_timeout: u64,
     /// Number of committed transactions to trigger a snapshot to disk.
-    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 10000)]
+    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
     pub snapshot_count: u64,
     /// Number of entries a slow follower can catch up on after a snapshot (older entries are
     /// purged, so a follower further behind gets the snapshot).
