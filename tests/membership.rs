@@ -142,6 +142,7 @@ async fn dead_member_refusals_then_replace_it_through_a_learner() {
         .any(|m| m.id == new.id && m.name.is_empty()));
     c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
     c.spawn(n);
+    learner_serves_only_status_and_serializable_range(&c, n).await;
 
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -191,6 +192,58 @@ async fn dead_member_refusals_then_replace_it_through_a_learner() {
         assert!(Instant::now() < deadline, "{list:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// etcd 3.4's rule (`isRPCSupportedForLearner`): a learner answers Maintenance.Status and
+/// serializable ranges; everything else, over gRPC or the JSON gateway, gets "etcdserver: rpc
+/// not supported for learner" (Unavailable).
+async fn learner_serves_only_status_and_serializable_range(c: &Cluster, n: usize) {
+    const REFUSED: &str = "etcdserver: rpc not supported for learner";
+    let mut kv = c.kv(n).await;
+    let serializable = RangeRequest {
+        key: "k29".into(),
+        serializable: true,
+        ..Default::default()
+    };
+    // Serializable reads are served (once the learner has caught up with the write).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = kv.range(serializable.clone()).await.unwrap().into_inner();
+        if !r.kvs.is_empty() {
+            assert_eq!(r.kvs[0].value, b"v");
+            break;
+        }
+        assert!(Instant::now() < deadline, "learner never caught up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.status(n).await;
+    assert_refused(get(&mut kv, "k29").await, Code::Unavailable, REFUSED);
+    assert_refused(put(&mut kv, "k", "v").await, Code::Unavailable, REFUSED);
+    let list = c
+        .cluster(n)
+        .await
+        .member_list(MemberListRequest {
+            linearizable: false,
+        })
+        .await;
+    assert_refused(list, Code::Unavailable, REFUSED);
+    let http = reqwest::Client::new();
+    let resp = http
+        .post(format!("{}/v3/kv/put", c.members[n].client_url()))
+        .body(r#"{"key":"aw==","value":"dg=="}"#)
+        .send()
+        .await
+        .unwrap();
+    let (code, body) = (resp.status(), resp.text().await.unwrap());
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains(REFUSED), "{body}");
+    let resp = http
+        .post(format!("{}/v3/kv/range", c.members[n].client_url()))
+        .body(r#"{"key":"azI5","serializable":true}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

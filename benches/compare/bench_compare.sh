@@ -82,24 +82,36 @@ wait_leader() {
 
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
+# cpu_ticks SYSTEM: user + system CPU time of the three members, in clock ticks.
+cpu_ticks() {
+  local i t=0
+  for i in 0 1 2; do
+    t=$((t + $(awk '{ print $14 + $15 }' "/proc/${MPID[$1,$i]}/stat")))
+  done
+  echo "$t"
+}
+
 # bench SYSTEM ROUND TEST kvbench-args...: one kvbench run, one raw line.
 bench() {
   local sys=$1 round=$2 test=$3; shift 3
   local l; l=$(leader "$sys")
   local ep=${CLIENT[$sys,$l]} mu=${METRICS[$sys,$l]}
   local f0; f0=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
+  local c0; c0=$(cpu_ticks "$sys")
   local j="$OUT/$sys-r$round-$test.json"
   "$KVBENCH_BIN" --endpoints "$ep" --json "$@" >"$j"
+  local c1; c1=$(cpu_ticks "$sys")
   local f1; f1=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
-  python3 - "$j" "$sys" "$round" "$test" "$f0" "$f1" >>"$RAW" <<'PY'
+  python3 - "$j" "$sys" "$round" "$test" "$f0" "$f1" "$((c1 - c0))" "$(getconf CLK_TCK)" >>"$RAW" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-sysname, rnd, test, f0, f1 = sys.argv[2:7]
+sysname, rnd, test, f0, f1, ticks, hz = sys.argv[2:9]
 fpw = (float(f1) - float(f0)) / j["ok"] if j["ok"] else 0.0
+cpu_us = int(ticks) / int(hz) * 1e6 / j["ok"] if j["ok"] else 0.0
 print("\t".join(map(str, [sysname, rnd, test, round(j["qps"], 1), j["latency_ms"]["p50"],
-                          j["latency_ms"]["p99"], j["errors"], round(fpw, 3)])))
+                          j["latency_ms"]["p99"], j["errors"], round(fpw, 3), round(cpu_us)])))
 PY
-  echo "  $sys r$round $test: $(tail -1 "$RAW" | cut -f4-8)" >&2
+  echo "  $sys r$round $test: $(tail -1 "$RAW" | cut -f4-9)" >&2
 }
 
 KEYS=(--key-size 8 --val-size 256 --key-space-size 100000)

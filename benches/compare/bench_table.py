@@ -8,10 +8,12 @@ from collections import defaultdict
 from pathlib import Path
 
 out = Path(sys.argv[1])
-runs = defaultdict(list)  # (system, test) -> [(qps, p50, p99, errors, fsyncs_per_write)]
+# (system, test) -> [(qps, p50, p99, errors, fsyncs_per_write, cpu_us_per_op or None)]
+runs = defaultdict(list)
 for line in (out / "raw.tsv").read_text().splitlines():
-    s, _r, test, qps, p50, p99, err, fpw = line.split("\t")
-    runs[(s, test)].append((float(qps), float(p50), float(p99), int(err), float(fpw)))
+    s, _r, test, qps, p50, p99, err, fpw, *cpu = line.split("\t")
+    cpu = float(cpu[0]) if cpu else None  # older runs have no CPU column
+    runs[(s, test)].append((float(qps), float(p50), float(p99), int(err), float(fpw), cpu))
 rss = defaultdict(list)  # (system, member) -> [MiB]
 for line in (out / "rss.tsv").read_text().splitlines():
     s, _r, m, v = line.split("\t")
@@ -47,6 +49,16 @@ print("| test | etcd | kvd |")
 print("|---|---:|---:|")
 for t in ["put-1", "put-64", "put-256"]:
     print(f"| {t} | {med('etcd', t, 4):.3f} | {med('kvd', t, 4):.3f} |")
+
+if all(r[5] is not None for v in runs.values() for r in v):
+    print("\nCPU time of the three members per operation (user + system, us, median; the client's")
+    print("CPU is not counted):\n")
+    print("| test | etcd | kvd | kvd/etcd |")
+    print("|---|---:|---:|---:|")
+    for t in TESTS:
+        if ("etcd", t) in runs:
+            e, k = med("etcd", t, 5), med("kvd", t, 5)
+            print(f"| {t} | {e:.0f} | {k:.0f} | {ratio(k, e)} |")
 
 print("\nRSS per member after each round (MiB, median over rounds):\n")
 print("| system | m0 | m1 | m2 |")

@@ -145,6 +145,14 @@ impl RaftNode {
         }
     }
 
+    /// Whether this member is a learner of the configuration it knows.
+    pub fn is_learner(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let c = m.membership_config.membership();
+        c.get_node(&self.id).is_some() && !c.voter_ids().any(|v| v == self.id)
+    }
+
     /// Called by the peer service whenever the leader's append or heartbeat arrives.
     pub fn touch_leader(&self) {
         *self.leader_contact.lock().unwrap() = Instant::now();

@@ -49,6 +49,8 @@ pub enum ApiError {
     BadLeaderTransferee,
     #[error("etcdserver: request timed out, leader transfer took too long")]
     LeaderTransferTimeout,
+    #[error("etcdserver: rpc not supported for learner")]
+    NotSupportedForLearner,
     /// A status another member (the leader) answered with, passed on unchanged.
     #[error("{1}")]
     Remote(Code, String),
@@ -109,6 +111,7 @@ fn code_of(msg: &str) -> Code {
         | "etcdserver: server stopped"
         | "etcdserver: unhealthy cluster"
         | "etcdserver: leader changed"
+        | "etcdserver: rpc not supported for learner"
         | "etcdserver: request timed out, leader transfer took too long" => Code::Unavailable,
         _ => Code::Unknown,
     }

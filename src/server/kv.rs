@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use super::learner;
 use crate::mvcc;
 use crate::proto::etcdserverpb::kv_server::Kv;
 use crate::proto::etcdserverpb::{
@@ -43,6 +44,7 @@ impl Kv for KvService {
         if r.key.is_empty() {
             return Err(ApiError::Applied("etcdserver: key is not provided".into()).into());
         }
+        learner::refuse_linearizable_range(&self.ctx.node, r.serializable)?;
         if !r.serializable {
             self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
         }

@@ -15,6 +15,7 @@ pub mod error;
 pub mod gateway;
 pub mod identity;
 pub mod kv;
+pub mod learner;
 pub mod lease;
 pub mod maintenance;
 pub mod membership;
@@ -48,6 +49,7 @@ use crate::raft::peer_service::PeerService;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Member, Raft, RaftNode};
 use context::ServerCtx;
+use learner::LearnerGuard;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -208,24 +210,39 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
     let services = gateway::Services {
-        kv: KvServer::new(kv::KvService { ctx: ctx.clone() })
+        kv: LearnerGuard::new(
+            KvServer::new(kv::KvService { ctx: ctx.clone() })
+                .max_decoding_message_size(max_msg)
+                .max_encoding_message_size(usize::MAX),
+            node.clone(),
+        ),
+        watch: LearnerGuard::new(
+            WatchServer::new(watches::WatchService::new(
+                ctx.clone(),
+                cfg.watch_progress_notify_interval,
+            ))
             .max_decoding_message_size(max_msg)
             .max_encoding_message_size(usize::MAX),
-        watch: WatchServer::new(watches::WatchService::new(
-            ctx.clone(),
-            cfg.watch_progress_notify_interval,
-        ))
-        .max_decoding_message_size(max_msg)
-        .max_encoding_message_size(usize::MAX),
-        lease: LeaseServer::new(lease::LeaseService { ctx: ctx.clone() })
+            node.clone(),
+        ),
+        lease: LearnerGuard::new(
+            LeaseServer::new(lease::LeaseService { ctx: ctx.clone() })
+                .max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
+        cluster: LearnerGuard::new(
+            ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
+                .max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
+        maintenance: LearnerGuard::new(
+            MaintenanceServer::new(maintenance::MaintenanceService {
+                ctx: ctx.clone(),
+                db_dir: member_dir.join("sm").join("db"),
+            })
             .max_decoding_message_size(max_msg),
-        cluster: ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
-            .max_decoding_message_size(max_msg),
-        maintenance: MaintenanceServer::new(maintenance::MaintenanceService {
-            ctx: ctx.clone(),
-            db_dir: member_dir.join("sm").join("db"),
-        })
-        .max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
     };
     for l in client_listeners {
         let fut = tonic::transport::Server::builder()

@@ -26,6 +26,7 @@ use axum::Router;
 
 use super::cluster::ClusterService;
 use super::kv::KvService;
+use super::learner::LearnerGuard;
 use super::lease::LeaseService;
 use super::maintenance::{MaintenanceService, ETCD_VERSION};
 use super::watches::WatchService;
@@ -44,29 +45,31 @@ use crate::raft::RaftNode;
 /// The member's client-facing gRPC servers, which the gRPC routes and the gateway share.
 #[derive(Clone)]
 pub struct Services {
-    pub kv: KvServer<KvService>,
-    pub watch: WatchServer<WatchService>,
-    pub lease: LeaseServer<LeaseService>,
-    pub cluster: ClusterServer<ClusterService>,
-    pub maintenance: MaintenanceServer<MaintenanceService>,
+    pub kv: LearnerGuard<KvServer<KvService>>,
+    pub watch: LearnerGuard<WatchServer<WatchService>>,
+    pub lease: LearnerGuard<LeaseServer<LeaseService>>,
+    pub cluster: LearnerGuard<ClusterServer<ClusterService>>,
+    pub maintenance: LearnerGuard<MaintenanceServer<MaintenanceService>>,
 }
 
 /// In-process clients of [`Services`]. Responses may be as large as the servers allow to
 /// encode, so the clients decode without tonic's 4 MiB default limit.
 impl Services {
-    fn kv(&self) -> KvClient<KvServer<KvService>> {
+    fn kv(&self) -> KvClient<LearnerGuard<KvServer<KvService>>> {
         KvClient::new(self.kv.clone()).max_decoding_message_size(usize::MAX)
     }
-    fn watch(&self) -> WatchClient<WatchServer<WatchService>> {
+    fn watch(&self) -> WatchClient<LearnerGuard<WatchServer<WatchService>>> {
         WatchClient::new(self.watch.clone()).max_decoding_message_size(usize::MAX)
     }
-    fn lease(&self) -> LeaseClient<LeaseServer<LeaseService>> {
+    fn lease(&self) -> LeaseClient<LearnerGuard<LeaseServer<LeaseService>>> {
         LeaseClient::new(self.lease.clone()).max_decoding_message_size(usize::MAX)
     }
-    fn cluster(&self) -> ClusterClient<ClusterServer<ClusterService>> {
+    fn cluster(&self) -> ClusterClient<LearnerGuard<ClusterServer<ClusterService>>> {
         ClusterClient::new(self.cluster.clone()).max_decoding_message_size(usize::MAX)
     }
-    fn maintenance(&self) -> MaintenanceClient<MaintenanceServer<MaintenanceService>> {
+    fn maintenance(
+        &self,
+    ) -> MaintenanceClient<LearnerGuard<MaintenanceServer<MaintenanceService>>> {
         MaintenanceClient::new(self.maintenance.clone()).max_decoding_message_size(usize::MAX)
     }
 }
