@@ -338,8 +338,14 @@ impl MvccStore {
                 Some(compacted.to_be_bytes().to_vec()),
             );
         }
-        i.pending.merge(layer);
+        let full = i.pending.merge(layer);
         i.current.store(cur, Ordering::SeqCst);
+        if full {
+            // The batch is applied either way; a failed commit stays pending and is retried.
+            if let Err(e) = i.commit() {
+                tracing::error!(error = %e, "committing a full MVCC pending buffer to sled");
+            }
+        }
         Ok(out)
     }
 

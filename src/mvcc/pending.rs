@@ -3,8 +3,8 @@
 //! etcd applies into bbolt's batch transaction and commits it every 100 ms or 10,000 writes,
 //! with reads going through a buffer of the uncommitted part. This is the same idea: an apply
 //! only merges its batch into [`Pending`]'s *active* layer; a committer thread moves the layer
-//! to sled in one transaction every [`COMMIT_INTERVAL`] (or as soon as it holds
-//! [`MAX_PENDING`] writes). A sled transaction per apply cost a fixed ~30 us plus two sled
+//! to sled in one transaction every [`COMMIT_INTERVAL`]. An apply that fills the layer to
+//! [`MAX_PENDING`] writes commits it itself, so memory stays bounded when applies outrun sled. A sled transaction per apply cost a fixed ~30 us plus two sled
 //! log-buffer writes, on every member, for every Raft batch.
 //!
 //! # Invariants
@@ -21,7 +21,7 @@
 //!   is in sled; a failed commit keeps it frozen (readers still see it) and is retried.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use sled::transaction::{ConflictableTransactionError, TransactionError};
@@ -82,8 +82,6 @@ pub(crate) struct Trees<'a> {
 pub(crate) struct Pending {
     state: RwLock<State>,
     commit_lock: Mutex<()>,
-    /// Set (and notified) when the active layer should be committed without waiting.
-    kick: (Mutex<bool>, Condvar),
 }
 
 impl Pending {
@@ -138,45 +136,33 @@ impl Pending {
         out
     }
 
-    /// Adds an applied batch; wakes the committer if the buffer is full.
-    pub fn merge(&self, batch: Layer) {
-        let full = {
-            let mut st = self.write();
-            st.since.get_or_insert_with(Instant::now);
-            st.active.absorb(batch);
-            st.active.len() >= MAX_PENDING
-        };
-        if full {
-            self.kick();
-        }
+    /// Adds an applied batch. Returns whether the buffer is full: the caller must then
+    /// [`Self::commit`] before applying more (back-pressure: applies can outrun sled).
+    pub fn merge(&self, batch: Layer) -> bool {
+        let mut st = self.write();
+        st.since.get_or_insert_with(Instant::now);
+        st.active.absorb(batch);
+        st.active.len() >= MAX_PENDING
     }
 
-    fn kick(&self) {
-        *self.kick.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.kick.1.notify_one();
-    }
-
-    /// Waits until a commit is due (interval elapsed with writes pending, or kicked), or at
-    /// most `max`. Returns whether one is due.
+    /// Waits until a commit is due (the interval elapsed with writes pending), or at most
+    /// `max`. Returns whether one is due.
     pub fn wait_due(&self, max: Duration) -> bool {
         let due_in = self
             .read()
             .since
             .map(|s| COMMIT_INTERVAL.saturating_sub(s.elapsed()));
-        if due_in == Some(Duration::ZERO) {
-            return true;
+        match due_in {
+            Some(Duration::ZERO) => true,
+            Some(d) if d <= max => {
+                std::thread::sleep(d);
+                true
+            }
+            _ => {
+                std::thread::sleep(max);
+                false
+            }
         }
-        let (lock, cv) = &self.kick;
-        let kicked = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut kicked, _) = cv
-            .wait_timeout_while(kicked, due_in.unwrap_or(max).min(max), |k| !*k)
-            .unwrap_or_else(|e| e.into_inner());
-        let was = std::mem::take(&mut *kicked);
-        drop(kicked);
-        was || self
-            .read()
-            .since
-            .is_some_and(|s| s.elapsed() >= COMMIT_INTERVAL)
     }
 
     /// Writes everything pending to sled (one transaction per layer) and drops it from
@@ -201,6 +187,13 @@ impl Pending {
             crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
             self.write().frozen = None;
         }
+    }
+
+    /// Writes held in memory (both layers).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        let st = self.read();
+        st.active.len() + st.frozen.as_ref().map_or(0, |f| f.len())
     }
 
     /// Forgets everything pending (the trees are being replaced by a snapshot).

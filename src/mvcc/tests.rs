@@ -904,6 +904,26 @@ fn reads_see_every_write_while_commits_move_it_to_sled() {
     );
 }
 
+/// Applies that outrun sled do not grow the pending buffer without bound: the apply that
+/// fills it commits it.
+#[test]
+fn pending_buffer_is_bounded_when_applies_outrun_commits() {
+    let (_d, _db, s) = temp_store();
+    let batch = 150;
+    for b in 0..100 {
+        let reqs: Vec<_> = (0..batch)
+            .map(|k| WriteRequest::Put(put_req(&format!("b/{b:03}/{k:03}"), "v")))
+            .collect();
+        s.apply(&reqs, &[]).unwrap();
+        let held = s.inner.pending.len();
+        assert!(
+            held < pending::MAX_PENDING + batch + 8,
+            "{held} writes pending"
+        );
+    }
+    assert_eq!(s.current_revision(), 1 + 100 * batch as i64);
+}
+
 fn grant(id: i64, ttl: i64) -> WriteRequest {
     WriteRequest::LeaseGrant(LeaseGrantRequest { id, ttl })
 }
