@@ -14,9 +14,10 @@
 //! - [`META_TREE`]: the current and compacted revision under keys starting with
 //!   [`RESERVED_META_PREFIX`], plus whatever the caller passes to [`MvccStore::apply`].
 //!
-//! Beside them, in memory only, the pending writes ([`pending`]) and the key index (user key -> generations of revisions, like
-//! etcd's `keyIndex`), so "the key's revision visible at R" needs no history scan. It is
-//! rebuilt from the history on open and on snapshot load (see [`mem_index`]).
+//! Beside them, in memory only: the pending writes ([`pending`]), and the key index (user
+//! key -> generations of revisions, like etcd's `keyIndex`), so "the key's revision visible
+//! at R" needs no history scan. The index is rebuilt from the history on open and on
+//! snapshot load (see [`mem_index`]).
 //!
 //! # Invariants
 //! - Every live key's `lease` is 0 or names a lease in [`LEASE_TREE`]: a put naming a
@@ -30,11 +31,11 @@
 //! - The published current revision (an atomic) is raised only after the batch that
 //!   produced it is in the pending buffer, so readers never look for data that is not there
 //!   yet. Every read of the trees goes through the buffer first.
-//! - sled holds a prefix of the applied batches, whole batches only, including the caller's
-//!   metadata; [`MvccStore::flush`] (and [`MvccStore::dump`]) commit everything first.
 //!   The published compacted revision is raised *before* the compaction commits, and
 //!   readers check it again after reading: a read that raced with a compaction fails
 //!   with [`MvccError::Compacted`] rather than returning partial data.
+//! - sled holds a prefix of the applied batches, whole batches only, including the caller's
+//!   metadata; [`MvccStore::flush`] (and [`MvccStore::dump`]) commit everything first.
 //! - One applier: [`MvccStore::apply`] and [`MvccStore::load`] serialize on a mutex;
 //!   reads run concurrently and lock-free.
 
