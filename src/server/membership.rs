@@ -349,13 +349,33 @@ impl Reconfig {
         tracing::info!(member = %format!("{id:x}"), voter = is_voter, "removing member");
         // Removing this member (the leader) is fine: once the change commits, openraft hands
         // leadership to another voter and this member's removal watch stops the process.
-        let resp = tokio::time::timeout(
+        let done = tokio::time::timeout(
             REQUEST_TIMEOUT,
             self.node.raft.change_membership(change, false),
         )
         .await
-        .map_err(|_| ApiError::Timeout)?
-        .map_err(raft_err)?;
+        .map_err(|_| ApiError::Timeout)?;
+        let membership = match done {
+            Ok(resp) => resp.membership,
+            // When this member removes itself, the removal watch may stop Raft between the
+            // commit and openraft's answer ("raft stopped"); the committed membership then
+            // says whether the change went through.
+            Err(e) if id == self.node.id => {
+                let committed = self
+                    .node
+                    .raft
+                    .server_metrics()
+                    .borrow_watched()
+                    .committed_membership_config
+                    .membership()
+                    .clone();
+                if committed.get_node(&id).is_some() {
+                    return Err(raft_err(e));
+                }
+                Some(committed)
+            }
+            Err(e) => return Err(raft_err(e)),
+        };
         if id != self.node.id {
             if let Some(node) = m.get_node(&id) {
                 tokio::spawn(notify_removed(
@@ -368,7 +388,7 @@ impl Reconfig {
         }
         Ok(MemberRemoveResponse {
             header: None,
-            members: self.header_members(resp.membership.as_ref())?,
+            members: self.header_members(membership.as_ref())?,
         })
     }
 
