@@ -1,6 +1,9 @@
 //! kvd: the server binary. Parses etcd-compatible flags and runs a member until SIGINT/SIGTERM.
 use clap::Parser;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let flags = kvd::config::Flags::parse();
     let cfg = match flags.validate() {
