@@ -38,6 +38,9 @@
 //!   metadata; [`MvccStore::flush`] (and [`MvccStore::dump`]) commit everything first.
 //! - One applier: [`MvccStore::apply`] and [`MvccStore::load`] serialize on a mutex;
 //!   reads run concurrently and lock-free.
+//! - History is deleted only by a compaction or a load, and both first wait until no
+//!   snapshot [`Image`] is being copied: an image reads its history from sled after applies
+//!   have moved on, and everything up to its revision is still there.
 
 mod apply;
 mod check;
@@ -137,6 +140,9 @@ struct Inner {
     current: AtomicI64,
     compacted: AtomicI64,
     apply_lock: Mutex<()>,
+    /// Read-held by every [`Image`] until its history is copied; a compaction or a load,
+    /// which delete history, take it for writing. Both sides take it under `apply_lock`.
+    history_gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl Inner {
@@ -150,6 +156,52 @@ impl Inner {
 
     fn commit(&self) -> Result<(), MvccError> {
         self.pending.commit(&self.trees())
+    }
+}
+
+/// A snapshot image from [`MvccStore::image`]. Holding it delays compactions (not other
+/// applies), so copy it promptly.
+pub struct Image {
+    rev: sled::Tree,
+    upto: Revision,
+    small: Vec<(String, Vec<u8>, Vec<u8>)>,
+    _hold: tokio::sync::OwnedRwLockReadGuard<()>,
+}
+
+impl Image {
+    /// The image's entries as (tree name, key, value), in the form [`MvccStore::load`] takes:
+    /// the history up to the image's revision (read from sled now), then the small trees.
+    pub fn entries(self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> {
+        let Image {
+            rev,
+            upto,
+            small,
+            _hold,
+        } = self;
+        rev.range(..=upto.to_bytes())
+            .map(move |item| {
+                // The gate is released when the history has been read, not before.
+                let _ = &_hold;
+                let (k, v) = item?;
+                Ok((REV_TREE.to_string(), k.to_vec(), v.to_vec()))
+            })
+            .chain(small.into_iter().map(Ok))
+    }
+}
+
+/// Waits until no [`Image`] is being copied and keeps new ones from being taken. Blocks the
+/// applier, but only for a compaction or a snapshot load that overlaps a snapshot copy.
+fn exclude_images(gate: &Arc<tokio::sync::RwLock<()>>) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+    let mut waited = false;
+    loop {
+        if let Ok(g) = gate.try_write() {
+            if waited {
+                tracing::info!("deleting history waited for a snapshot copy");
+            }
+            return g;
+        }
+        waited = true;
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
@@ -216,6 +268,7 @@ impl MvccStore {
             current: AtomicI64::new(1),
             compacted: AtomicI64::new(NEVER_COMPACTED),
             apply_lock: Mutex::new(()),
+            history_gate: Arc::new(tokio::sync::RwLock::new(())),
         };
         let store = MvccStore {
             inner: Arc::new(inner),
@@ -307,6 +360,10 @@ impl MvccStore {
         }
         let i = &self.inner;
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _no_images = reqs
+            .iter()
+            .any(|r| matches!(r, WriteRequest::Compact(_)))
+            .then(|| exclude_images(&i.history_gate));
         let old_cur = self.current_revision();
         let old_compacted = self.compacted_revision();
         let mut batch = Batch::new(self.committed(), &i.lease, old_cur, &i.compacted);
@@ -491,8 +548,43 @@ impl MvccStore {
         Ok(view.record(found.rev)?.map(|r| r.kv))
     }
 
+    /// A point-in-time image of the store for a snapshot, cheap to take: it commits the
+    /// pending buffer, copies the small trees and notes the current revision. The history is
+    /// copied later by [`Image::entries`], while applies go on: new revisions land above the
+    /// image's bound, and compactions (the only deletions of history) wait until every image
+    /// has been copied or dropped.
+    pub fn image(&self) -> Result<Image, MvccError> {
+        let i = &self.inner;
+        let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Writers hold the gate only inside apply/load, under `apply_lock`: it is free here.
+        let hold = i
+            .history_gate
+            .clone()
+            .try_read_owned()
+            .map_err(|_| MvccError::Storage("history gate held outside an apply".into()))?;
+        i.commit()?;
+        let upto = Revision {
+            main: self.current_revision(),
+            sub: i64::MAX,
+        };
+        let mut small = Vec::new();
+        for (name, tree) in [(META_TREE, &i.meta), (LEASE_TREE, &i.lease)] {
+            for item in tree.iter() {
+                let (k, v) = item?;
+                small.push((name.to_string(), k.to_vec(), v.to_vec()));
+            }
+        }
+        Ok(Image {
+            rev: i.rev.clone(),
+            upto,
+            small,
+            _hold: hold,
+        })
+    }
+
     /// Every entry of the MVCC trees as (tree name, key, value), for snapshots. Commits the
-    /// pending buffer first. Only a point-in-time image if no apply runs during the iteration.
+    /// pending buffer first. Only a point-in-time image if no apply runs during the iteration
+    /// (see [`Self::image`] for one that allows applies).
     pub fn dump(&self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> + '_ {
         let i = &self.inner;
         let committed = i.commit().err().map(Err).into_iter();
@@ -522,6 +614,7 @@ impl MvccStore {
     {
         let i = &self.inner;
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _no_images = exclude_images(&i.history_gate);
         i.pending.clear();
         i.rev.clear()?;
         i.meta.clear()?;

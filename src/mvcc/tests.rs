@@ -762,6 +762,50 @@ fn reopen_and_snapshot_roundtrip() {
     assert_eq!(put(&s2, "a", "3").header.unwrap().revision, 4);
 }
 
+/// A snapshot image is the store as it was when taken, although applies go on while it is
+/// copied; a compaction, which would delete history the copy still needs, waits for it.
+#[test]
+fn image_is_the_state_when_taken_and_holds_off_compaction() {
+    let (_d, _db, s) = temp_store();
+    for i in 0..20 {
+        put(&s, &format!("k{}", i % 5), &i.to_string());
+    }
+    let before: Vec<_> = s.dump().map(Result::unwrap).collect();
+    let image = s.image().unwrap();
+    for i in 0..10 {
+        put(&s, &format!("k{i}"), "later");
+    }
+    s.commit().unwrap();
+
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let compactor = {
+        let (s, done) = (s.clone(), done.clone());
+        std::thread::spawn(move || {
+            compact(&s, 25).unwrap();
+            s.commit().unwrap();
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "compaction ran during the copy"
+    );
+    let copied: Vec<_> = image.entries().map(Result::unwrap).collect();
+    compactor.join().unwrap();
+    assert!(done.load(Ordering::SeqCst));
+    assert_eq!(copied, before);
+
+    let (_d2, _db2, s2) = temp_store();
+    s2.load(copied).unwrap();
+    assert_eq!((s2.current_revision(), s2.compacted_revision()), (21, -1));
+    assert_eq!(s2.get_at(b"k0", 6).unwrap().unwrap().value, b"0");
+    assert_eq!(get(&s2, "k5"), None);
+    // The store itself moved on and compacted.
+    assert_eq!(s.current_revision(), 31);
+    assert_eq!(s.get_at(b"k0", 6).unwrap_err(), MvccError::Compacted);
+}
+
 #[test]
 fn events_since_limit_does_not_split_a_revision() {
     let (_d, _db, s) = temp_store();

@@ -404,18 +404,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        // Runs on the state-machine task, so no apply interleaves with this copy: the dump is
-        // a point-in-time view (sled itself has no snapshot reads).
-        let dump = (|| -> Result<_, StoreError> {
+        // Runs on the state-machine task, so no apply interleaves with taking the image; the
+        // history itself is copied by `build_snapshot`, while applies go on.
+        let image = (|| -> Result<_, StoreError> {
             Ok((
                 self.last_applied()?,
                 self.membership()?,
-                self.shared.mvcc.dump().collect::<Result<Vec<_>, _>>()?,
+                self.shared.mvcc.image()?,
             ))
         })();
         SnapshotBuilder {
             sm: self.clone(),
-            dump: Some(dump),
+            image: Some(image),
         }
     }
 
@@ -443,45 +443,39 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 }
 
-type Dump = (
-    Option<LogId>,
-    StoredMembership,
-    Vec<(String, Vec<u8>, Vec<u8>)>,
-);
+type Image = (Option<LogId>, StoredMembership, crate::mvcc::Image);
 
 pub struct SnapshotBuilder {
     sm: StateMachine,
-    dump: Option<Result<Dump, StoreError>>,
+    image: Option<Result<Image, StoreError>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     type SnapshotData = Vec<u8>;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let (last_applied, membership, items) = self
-            .dump
+        let (last_applied, membership, image) = self
+            .image
             .take()
             .ok_or_else(|| io::Error::other("snapshot builder used twice"))??;
-        let data = encode(&SnapshotPayload { items });
         let meta = SnapshotMeta {
             last_log_id: last_applied,
             last_membership: membership,
         };
-        // sled must be at least as new as the snapshot before openraft purges the log below it
-        // (the dump committed the pending buffer; this makes it durable).
-        self.sm
-            .shared
-            .db
-            .flush_async()
-            .await
-            .map_err(StoreError::from)?;
         let shared = self.sm.shared.clone();
-        let (meta2, data2) = (meta.clone(), data.clone());
-        tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+        let file_meta = meta.clone();
+        // All blocking, and the image's hold on compaction ends with the copy, on this
+        // thread: it does not wait for any async task.
+        let data = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, StoreError> {
+            let items = image.entries().collect::<Result<Vec<_>, _>>()?;
+            let data = encode(&SnapshotPayload { items });
+            // sled must be at least as new as the snapshot before openraft purges the log
+            // below it (taking the image committed the pending buffer; this makes it durable).
+            shared.db.flush()?;
             let _io = shared.snap_io.lock().unwrap();
-            let dir = &shared.snap_dir;
-            snapshot_file::write(dir, &meta2, &data2)?;
-            snapshot_file::remove_older(dir, &meta2)
+            snapshot_file::write(&shared.snap_dir, &file_meta, &data)?;
+            snapshot_file::remove_older(&shared.snap_dir, &file_meta)?;
+            Ok(data)
         })
         .await
         .map_err(io::Error::other)??;
