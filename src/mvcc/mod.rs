@@ -68,7 +68,7 @@ pub use index::Revision;
 use apply::Batch;
 use index::{Query, Record};
 use mem_index::MemIndex;
-use pending::{Pending, Trees};
+use pending::{Pending, Trees, MAX_PENDING};
 use view::{range_at, Committed, KeyRange, View};
 
 use crate::proto::etcdserverpb::{
@@ -399,10 +399,15 @@ impl MvccStore {
         let full = i.pending.merge(layer);
         i.current.store(cur, Ordering::SeqCst);
         if full {
-            // The batch is applied either way; a failed commit stays pending and is retried.
-            if let Err(e) = i.commit() {
-                tracing::error!(error = %e, "committing a full MVCC pending buffer to sled");
-            }
+            // The batch is in memory either way, but memory is not to grow without bound
+            // while sled fails: the apply fails, which stops Raft on this member (etcd exits
+            // when bbolt cannot commit). Nothing is lost: sled stays at an earlier apply
+            // boundary and a restarted member re-applies from its log.
+            i.commit().map_err(|e| {
+                MvccError::Storage(format!(
+                    "cannot commit {MAX_PENDING} applied writes to the state-machine database: {e}"
+                ))
+            })?;
         }
         Ok(out)
     }

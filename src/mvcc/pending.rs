@@ -82,6 +82,9 @@ pub(crate) struct Trees<'a> {
 pub(crate) struct Pending {
     state: RwLock<State>,
     commit_lock: Mutex<()>,
+    /// Test failpoint: every commit fails as a sled error would, after freezing the layer.
+    #[cfg(test)]
+    pub fail_commits: std::sync::atomic::AtomicBool,
 }
 
 impl Pending {
@@ -186,6 +189,10 @@ impl Pending {
                 }
                 (st.frozen.clone().expect("set above"), leftover)
             };
+            #[cfg(test)]
+            if self.fail_commits.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(MvccError::Storage("injected commit failure".into()));
+            }
             let started = Instant::now();
             write_layer(trees, &frozen)?;
             crate::metrics::BACKEND_COMMIT.observe(started.elapsed());

@@ -968,6 +968,46 @@ fn pending_buffer_is_bounded_when_applies_outrun_commits() {
     assert_eq!(s.current_revision(), 1 + 100 * batch as i64);
 }
 
+/// While sled fails, applied writes stay readable and the committer keeps retrying; a full
+/// buffer fails the apply rather than growing, and a commit after sled recovers writes all.
+#[test]
+fn failing_commits_keep_writes_readable_and_a_full_buffer_fails_the_apply() {
+    let (_d, db, s) = temp_store();
+    let fail = |on: bool| {
+        s.inner
+            .pending
+            .fail_commits
+            .store(on, std::sync::atomic::Ordering::SeqCst)
+    };
+    fail(true);
+    put(&s, "a", "1");
+    assert!(s.commit().is_err());
+    assert_eq!(get(&s, "a").unwrap().value, b"1");
+    let batch = 150;
+    let mut failed = None;
+    for b in 0..200 {
+        let reqs: Vec<_> = (0..batch)
+            .map(|k| WriteRequest::Put(put_req(&format!("b/{b:03}/{k:03}"), "v")))
+            .collect();
+        if let Err(e) = s.apply(&reqs, &[]) {
+            failed = Some(e);
+            break;
+        }
+    }
+    match failed {
+        Some(MvccError::Storage(m)) => assert!(m.contains("injected commit failure"), "{m}"),
+        other => panic!("a full buffer with failing commits must fail the apply: {other:?}"),
+    }
+    assert!(s.inner.pending.len() < pending::MAX_PENDING + batch + 8);
+    assert_eq!(get(&s, "a").unwrap().value, b"1");
+
+    fail(false);
+    s.commit().unwrap();
+    assert_eq!(s.inner.pending.len(), 0);
+    let rev = db.open_tree(REV_TREE).unwrap();
+    assert_eq!(rev.len() as i64, s.current_revision() - 1);
+}
+
 fn grant(id: i64, ttl: i64) -> WriteRequest {
     WriteRequest::LeaseGrant(LeaseGrantRequest { id, ttl })
 }

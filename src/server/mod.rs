@@ -287,8 +287,13 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         ident.initial_members.contains_key(&node.id),
         removed_rx,
     );
+    let mut failed = None;
     tokio::select! {
         _ = shutdown => {}
+        why = raft_stopped(raft.clone()) => {
+            tracing::error!(error = %why, "raft stopped on a storage error; the member exits");
+            failed = Some(why);
+        }
         _ = removed => {
             tracing::warn!(
                 "the member has been permanently removed from the cluster; \
@@ -321,7 +326,23 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         // The leader watcher only ends with the node, and a scrape in flight need not finish.
         t.abort();
     }
-    Ok(())
+    match failed {
+        Some(why) => Err(ServerError::Raft(why)),
+        None => Ok(()),
+    }
+}
+
+/// Resolves when Raft stops without being asked to: openraft stops on a storage error (a WAL
+/// write or fsync, the state-machine database), and a member that cannot persist must not
+/// keep answering as if it could. etcd exits in the same cases.
+async fn raft_stopped(raft: Raft) -> String {
+    // The sender lives in openraft's core task: `changed` fails once the core has ended.
+    let mut rx = raft.server_metrics();
+    while rx.changed().await.is_ok() {}
+    match &raft.metrics().borrow_watched().running_state {
+        Err(e) => e.to_string(),
+        Ok(()) => "raft stopped".to_string(),
+    }
 }
 
 /// A client listener's routes: the etcd gRPC services (counted by the gRPC metrics), the JSON
