@@ -356,6 +356,14 @@ impl WatchStream {
                 Ok(())
             }
             Some(RequestUnion::ProgressRequest(_)) => {
+                // Linearizable, as etcd made it in 3.5/3.6 (kube-apiserver's consistent reads
+                // from its watch cache rely on it): the answer is not older than any write
+                // acknowledged before the request, even on a follower that has yet to apply
+                // it. With no leader there is no such revision to report, so no answer.
+                if let Err(e) = self.ctx.node.read_barrier().await {
+                    tracing::debug!("progress request unanswered: {e}");
+                    return Ok(());
+                }
                 if self.all_synced() {
                     self.send_progress().await
                 } else {
