@@ -375,6 +375,31 @@ async fn follower_watch_survives_leader_kill_and_restart() {
     );
 }
 
+/// A progress request on a follower is linearizable: its revision is never older than a write
+/// the leader acknowledged before the request, although the follower may not have applied
+/// that write yet when the request arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_request_on_a_follower_is_not_behind_an_acked_write() {
+    let c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let follower = (leader + 1) % 3;
+    let mut kv = c.kv(leader).await;
+    let mut ws = Ws::open(&c, follower).await;
+    ws.create(prefix("p/", 0)).await;
+    for i in 0..40 {
+        let rev = put(&mut kv, &format!("elsewhere/{i}"), "v").await.unwrap();
+        ws.send(RequestUnion::ProgressRequest(WatchProgressRequest {}))
+            .await;
+        let r = ws.next().await;
+        assert_eq!(r.watch_id, -1);
+        let got = r.header.unwrap().revision;
+        assert!(
+            got >= rev,
+            "round {i}: progress at {got}, write acked at {rev}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_request_gets_watch_id_minus_one_and_current_revision() {
     let c = Cluster::start(3).await;
