@@ -587,26 +587,16 @@ impl MvccStore {
         })
     }
 
-    /// Every entry of the MVCC trees as (tree name, key, value), for snapshots. Commits the
-    /// pending buffer first. Only a point-in-time image if no apply runs during the iteration
-    /// (see [`Self::image`] for one that allows applies).
+    /// Every entry of the MVCC trees as (tree name, key, value): [`Self::image`] copied at
+    /// once.
     pub fn dump(&self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> + '_ {
-        let i = &self.inner;
-        let committed = i.commit().err().map(Err).into_iter();
-        committed.chain(
-            [
-                (REV_TREE, &i.rev),
-                (META_TREE, &i.meta),
-                (LEASE_TREE, &i.lease),
-            ]
+        let (image, failed) = match self.image() {
+            Ok(image) => (Some(image), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        failed
             .into_iter()
-            .flat_map(|(name, tree)| {
-                tree.iter().map(move |item| {
-                    let (k, v) = item?;
-                    Ok((name.to_string(), k.to_vec(), v.to_vec()))
-                })
-            }),
-        )
+            .chain(image.into_iter().flat_map(Image::entries))
     }
 
     /// Replaces the whole store content with `entries` (as produced by [`Self::dump`]).

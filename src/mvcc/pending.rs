@@ -4,8 +4,9 @@
 //! with reads going through a buffer of the uncommitted part. This is the same idea: an apply
 //! only merges its batch into [`Pending`]'s *active* layer; a committer thread moves the layer
 //! to sled in one transaction every [`COMMIT_INTERVAL`]. An apply that fills the layer to
-//! [`MAX_PENDING`] writes commits it itself, so memory stays bounded when applies outrun sled. A sled transaction per apply cost a fixed ~30 us plus two sled
-//! log-buffer writes, on every member, for every Raft batch.
+//! [`MAX_PENDING`] writes commits it itself, so memory stays bounded when applies outrun sled.
+//! A sled transaction per apply cost a fixed ~30 us plus two sled log-buffer writes, on every
+//! member, for every Raft batch.
 //!
 //! # Invariants
 //! - Every read goes pending first, then sled: (active, frozen) are looked at under one read
