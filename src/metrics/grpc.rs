@@ -6,53 +6,101 @@
 //! head is counted as `OK`. For unary RPCs that is exact; a server-streaming RPC (snapshot)
 //! is counted when its stream starts, so a stream that fails midway still counts as `OK`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{OnceLock, RwLock};
 use std::task::{Context, Poll};
 
 type Table = BTreeMap<(String, String, &'static str), u64>;
 
-fn table() -> &'static Mutex<Table> {
-    static T: OnceLock<Mutex<Table>> = OnceLock::new();
+/// Go's `codes.Code.String()` for codes 0..=16, which is what etcd's label values are.
+const CODE_NAMES: [&str; 17] = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
+const UNKNOWN: usize = 2;
+const UNAVAILABLE: usize = 14;
+
+/// Methods counted at most: a client can call any method name under a served service, and
+/// each would otherwise add a row for good.
+const MAX_METHODS: usize = 256;
+
+type Counts = [AtomicU64; 17];
+
+/// Request path -> counts by code. Counting a call takes the read lock and one atomic add;
+/// the write lock is taken once per method, on its first call. The counts live as long as
+/// the process (at most [`MAX_METHODS`] of them), so they are leaked rather than shared.
+type Methods = RwLock<HashMap<String, &'static Counts>>;
+
+fn table() -> &'static Methods {
+    static T: OnceLock<Methods> = OnceLock::new();
     T.get_or_init(Default::default)
 }
 
 pub(super) fn snapshot() -> Table {
-    table().lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-/// Go's `codes.Code.String()`, which is what etcd's label values are.
-fn code_name(c: &[u8]) -> &'static str {
-    match c {
-        b"0" => "OK",
-        b"1" => "Canceled",
-        b"2" => "Unknown",
-        b"3" => "InvalidArgument",
-        b"4" => "DeadlineExceeded",
-        b"5" => "NotFound",
-        b"6" => "AlreadyExists",
-        b"7" => "PermissionDenied",
-        b"8" => "ResourceExhausted",
-        b"9" => "FailedPrecondition",
-        b"10" => "Aborted",
-        b"11" => "OutOfRange",
-        b"12" => "Unimplemented",
-        b"13" => "Internal",
-        b"14" => "Unavailable",
-        b"15" => "DataLoss",
-        b"16" => "Unauthenticated",
-        _ => "Unknown",
+    let t = table().read().unwrap_or_else(|e| e.into_inner());
+    let mut out = Table::new();
+    for (path, counts) in t.iter() {
+        let p = path.trim_start_matches('/');
+        let (svc, method) = p.split_once('/').unwrap_or((p, ""));
+        for (code, n) in CODE_NAMES.iter().zip(counts.iter()) {
+            let n = n.load(Ordering::Relaxed);
+            if n > 0 {
+                out.insert((svc.to_string(), method.to_string(), code), n);
+            }
+        }
     }
+    out
 }
 
-fn record(path: &str, code: &'static str) {
-    let p = path.trim_start_matches('/');
-    let (svc, method) = p.split_once('/').unwrap_or((p, ""));
-    let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
-    *t.entry((svc.to_string(), method.to_string(), code))
-        .or_insert(0) += 1;
+/// The index into [`CODE_NAMES`] of a `grpc-status` value.
+fn code_index(c: &[u8]) -> usize {
+    std::str::from_utf8(c)
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|i| *i < CODE_NAMES.len())
+        .unwrap_or(UNKNOWN)
+}
+
+fn record(path: &str, code: usize) {
+    record_in(table(), path, code)
+}
+
+fn record_in(table: &Methods, path: &str, code: usize) {
+    let counts = table
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(path)
+        .copied();
+    let counts = match counts {
+        Some(c) => c,
+        None => {
+            let mut t = table.write().unwrap_or_else(|e| e.into_inner());
+            if t.len() >= MAX_METHODS && !t.contains_key(path) {
+                return;
+            }
+            *t.entry(path.to_string())
+                .or_insert_with(|| Box::leak(Box::default()))
+        }
+    };
+    counts[code].fetch_add(1, Ordering::Relaxed);
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -84,7 +132,8 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let path = req.uri().path().to_string();
+        // The URI is moved into the inner service; its path is kept without a copy.
+        let uri = req.uri().clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
             let res = fut.await;
@@ -92,11 +141,48 @@ where
                 Ok(r) => r
                     .headers()
                     .get("grpc-status")
-                    .map_or("OK", |v| code_name(v.as_bytes())),
-                Err(_) => "Unavailable",
+                    .map_or(0, |v| code_index(v.as_bytes())),
+                Err(_) => UNAVAILABLE,
             };
-            record(&path, code);
+            record(uri.path(), code);
             res
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_counted_by_service_method_and_code() {
+        record("/test.Svc/Counted", 0);
+        record("/test.Svc/Counted", 0);
+        record("/test.Svc/Counted", code_index(b"14"));
+        let t = snapshot();
+        let get = |code| t.get(&("test.Svc".to_string(), "Counted".to_string(), code));
+        assert_eq!(get("OK"), Some(&2));
+        assert_eq!(get("Unavailable"), Some(&1));
+        assert_eq!(get("Internal"), None);
+    }
+
+    #[test]
+    fn unparsable_codes_are_unknown() {
+        for c in [&b"17"[..], b"-1", b"", b"x"] {
+            assert_eq!(CODE_NAMES[code_index(c)], "Unknown", "{c:?}");
+        }
+        assert_eq!(CODE_NAMES[code_index(b"16")], "Unauthenticated");
+    }
+
+    #[test]
+    fn the_number_of_methods_counted_is_bounded() {
+        let t = Methods::default();
+        for i in 0..MAX_METHODS + 10 {
+            record_in(&t, &format!("/test.Bounded/M{i}"), 0);
+        }
+        record_in(&t, "/test.Bounded/M0", 0);
+        let t = t.read().unwrap();
+        assert_eq!(t.len(), MAX_METHODS);
+        assert_eq!(t["/test.Bounded/M0"][0].load(Ordering::Relaxed), 2);
     }
 }
