@@ -23,7 +23,12 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.worker_threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    tracing::debug!(worker_threads = cfg.worker_threads, "runtime started");
     let res = rt.block_on(kvd::server::run(cfg, async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .expect("signal");

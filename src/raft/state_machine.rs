@@ -424,10 +424,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: Vec<u8>,
     ) -> Result<(), io::Error> {
-        snapshot_file::write(&self.shared.snap_dir, meta, &snapshot)?;
-        self.load_snapshot(meta, &snapshot)?;
-        snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
-        Ok(())
+        // Writing a whole key space into sled takes seconds; the worker's other tasks (peer
+        // and client connections, Raft's core) must not wait for it.
+        blocking(|| -> Result<(), io::Error> {
+            snapshot_file::write(&self.shared.snap_dir, meta, &snapshot)?;
+            self.load_snapshot(meta, &snapshot)?;
+            snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
+            Ok(())
+        })
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
@@ -483,5 +487,15 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             meta,
             snapshot: data,
         })
+    }
+}
+
+/// Runs `f`, which blocks for long, without holding up the other tasks of this worker: on the
+/// multi-threaded runtime they move to another thread meanwhile (kvd may run one worker).
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
