@@ -337,8 +337,8 @@ impl Flags {
 /// flusher, the MVCC committer and sled's IO threads do the disk work beside them, and each
 /// hand-off between two busy workers costs a wake-up on the write path. On a 2-CPU machine
 /// one worker instead of two cut the 1-client put p50 by 15-25% and the CPU per put by
-/// 10-20%; qps at 64 and 256 clients stayed within an A/B's noise (docs/benchmarks.md,
-/// "Worker threads").
+/// 10-20%, for perhaps 5% of the qps at 64 clients (docs/benchmarks.md, "Worker
+/// threads").
 pub fn default_worker_threads() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cpus / 2).max(1)
