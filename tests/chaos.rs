@@ -353,7 +353,7 @@ async fn leader_pause_then_kill_all_loses_no_acknowledged_write() {
     eprintln!("held-out scenario: seed {seed}");
     let mut pc = ProxiedCluster::start(3, &[]).await;
     let urls: Vec<String> = pc.c.members.iter().map(|m| m.client_url()).collect();
-    let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let acked: Arc<Mutex<Vec<(String, String, Instant)>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let rec = Recorder::default();
     let writers: Vec<_> = (0..6u64)
@@ -371,7 +371,7 @@ async fn leader_pause_then_kill_all_loses_no_acknowledged_write() {
                     let c = &mut clients[(id as usize + n) % 3];
                     let out = run_op(&rec, id, c, &key, put(&value), false).await;
                     if matches!(out, Outcome::Ok(_)) {
-                        acked.lock().unwrap().push((key, value));
+                        acked.lock().unwrap().push((key, value, Instant::now()));
                     } else {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -384,11 +384,21 @@ async fn leader_pause_then_kill_all_loses_no_acknowledged_write() {
     let leader = pc.c.wait_for_leader(Duration::from_secs(10)).await;
     let before_pause = acked.lock().unwrap().len();
     pc.pause(leader);
+    let paused_at = Instant::now();
     eprintln!("paused leader m{leader} after {before_pause} acknowledged writes");
     // Long enough for an election and for clients stuck on the paused member to time out.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let during = acked.lock().unwrap().len() - before_pause;
-    eprintln!("{during} writes acknowledged while the leader was paused; kill -9 all");
+    // Writers stuck on the paused member (or forwarding to it) wait out their 3 s timeout,
+    // so the first acknowledgement after the pause bounds failover from above.
+    let first = acked.lock().unwrap()[before_pause..]
+        .iter()
+        .map(|a| a.2.duration_since(paused_at))
+        .min();
+    eprintln!(
+        "{during} writes acknowledged while the leader was paused, the first after {first:?}; \
+         kill -9 all"
+    );
     for i in 0..3 {
         pc.kill9(i);
     }
@@ -403,17 +413,19 @@ async fn leader_pause_then_kill_all_loses_no_acknowledged_write() {
         w.await.unwrap();
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(
-        during > 0,
-        "the majority took no writes while the leader was paused"
-    );
+    if during == 0 {
+        let logs: String = (0..3)
+            .map(|i| format!("--- m{i}\n{}", pc.c.log_of(i)))
+            .collect();
+        panic!("the majority took no writes while the leader was paused\n{logs}");
+    }
     eprintln!(
         "checking {} acknowledged writes on every member",
         acked.len()
     );
     for (i, url) in urls.iter().enumerate() {
         let mut c = KvClient::new(lazy_channel(url));
-        for (key, value) in &acked {
+        for (key, value, _) in &acked {
             let deadline = Instant::now() + Duration::from_secs(20);
             let got = loop {
                 match run_op(&rec, 100 + i as u64, &mut c, key, Input::Get, false).await {

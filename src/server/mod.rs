@@ -104,8 +104,16 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     let raft_cfg = openraft::Config {
         cluster_name: cfg.initial_cluster_token.clone(),
         heartbeat_interval: cfg.heartbeat.as_millis() as u64,
-        election_timeout_min: cfg.election_timeout.as_millis() as u64,
-        election_timeout_max: 2 * cfg.election_timeout.as_millis() as u64,
+        // openraft's follower waits out a leader lease of `election_timeout_max` after the
+        // leader's last message, then a further random `min..max` before it campaigns, and
+        // grants votes only once its own lease has run out. etcd campaigns after a random
+        // [E, 2E) of silence and grants once E has passed. With max = E and min = E/4 (more
+        // than a heartbeat, as openraft requires, since E >= 5 heartbeats), kvd campaigns
+        // after [1.25E, 2E) and grants after E. With min = E and max = 2E a frozen leader
+        // left the cluster without one for 3.5-4 s, against etcd's 1.5
+        // (benches/compare/failover.sh).
+        election_timeout_min: cfg.election_timeout.as_millis() as u64 / 4,
+        election_timeout_max: cfg.election_timeout.as_millis() as u64,
         enable_pre_vote: Some(true),
         // A restarted leader must win a new election. openraft's default lets it resume in
         // its old term, which is unsafe with our log store: the leader replicates entries
