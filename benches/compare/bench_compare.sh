@@ -28,57 +28,8 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
   (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
 fi
 
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
+. "$ROOT/benches/compare/cluster.sh"
 trap cleanup EXIT
-
-# start_cluster SYSTEM BIN BASEPORT: members m0..m2; client port BASE+10*i, peer +1, metrics +2.
-declare -A MPID CLIENT METRICS
-start_cluster() {
-  local sys=$1 bin=$2 base=$3 ic="" i
-  for i in 0 1 2; do
-    ic+="${ic:+,}m$i=http://127.0.0.1:$((base + 10 * i + 1))"
-  done
-  for i in 0 1 2; do
-    local c=$((base + 10 * i)) p=$((base + 10 * i + 1)) m=$((base + 10 * i + 2))
-    local extra=()
-    [[ $sys == etcd ]] && extra=(--logger=zap --log-level=warn)
-    "$bin" --name "m$i" --data-dir "$OUT/$sys-m$i.data" \
-      --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
-      --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
-      --listen-metrics-urls "http://127.0.0.1:$m" \
-      --initial-cluster "$ic" --initial-cluster-state new --initial-cluster-token "bench-$sys" \
-      "${extra[@]}" >"$OUT/$sys-m$i.log" 2>&1 &
-    PIDS+=($!)
-    MPID[$sys,$i]=$!
-    CLIENT[$sys,$i]="127.0.0.1:$c"
-    METRICS[$sys,$i]="http://127.0.0.1:$m/metrics"
-  done
-}
-
-metric() { curl -sf "$1" | awk -v n="$2" '$1 == n { print $2 }'; }
-
-# leader SYSTEM: index of the member that reports etcd_server_is_leader 1 (both systems export it).
-leader() {
-  local i
-  for i in 0 1 2; do
-    [[ $(metric "${METRICS[$1,$i]}" etcd_server_is_leader 2>/dev/null) == 1 ]] && { echo "$i"; return 0; }
-  done
-  return 1
-}
-
-wait_leader() {
-  local t
-  for t in $(seq 1 150); do
-    if leader "$1" >/dev/null; then return 0; fi
-    sleep 0.2
-  done
-  echo "$1: no leader after 30 s; logs in $OUT" >&2
-  exit 1
-}
 
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
@@ -130,8 +81,8 @@ run_suite() {
 
 echo "output: $OUT" >&2
 : >"$RAW"; : >"$OUT/rss.tsv"
-start_cluster etcd "$ETCD_BIN" 23790
-start_cluster kvd "$KVD_BIN" 33790
+start_cluster etcd "$ETCD_BIN" 23790 "$OUT"
+start_cluster kvd "$KVD_BIN" 33790 "$OUT"
 wait_leader etcd
 wait_leader kvd
 

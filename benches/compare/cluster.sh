@@ -1,0 +1,60 @@
+# Shared by the side-by-side scripts (source it): start, find and stop 3-member clusters of
+# kvd or etcd on loopback. Member i of a cluster at BASE listens for clients on BASE+10*i,
+# for peers on +1 and for metrics on +2; both systems export etcd's metric names, so the
+# leader is found the same way for both.
+
+PIDS=()
+declare -A MPID CLIENT METRICS
+
+# cleanup: stops every member started so far (SIGTERM) and waits for them.
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+
+# start_cluster SYSTEM BIN BASEPORT DIR: members m0..m2, data dirs and logs in DIR.
+start_cluster() {
+  local sys=$1 bin=$2 base=$3 dir=$4 ic="" i
+  for i in 0 1 2; do
+    ic+="${ic:+,}m$i=http://127.0.0.1:$((base + 10 * i + 1))"
+  done
+  for i in 0 1 2; do
+    local c=$((base + 10 * i)) p=$((base + 10 * i + 1)) m=$((base + 10 * i + 2))
+    local extra=()
+    [[ $sys == etcd ]] && extra=(--logger=zap --log-level=warn)
+    "$bin" --name "m$i" --data-dir "$dir/$sys-m$i.data" \
+      --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
+      --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
+      --listen-metrics-urls "http://127.0.0.1:$m" \
+      --initial-cluster "$ic" --initial-cluster-state new --initial-cluster-token "bench-$sys" \
+      "${extra[@]}" >"$dir/$sys-m$i.log" 2>&1 &
+    PIDS+=($!)
+    MPID[$sys,$i]=$!
+    CLIENT[$sys,$i]="127.0.0.1:$c"
+    METRICS[$sys,$i]="http://127.0.0.1:$m/metrics"
+  done
+}
+
+# metric URL NAME: the value of an unlabelled metric.
+metric() { curl -sf --max-time 1 "$1" | awk -v n="$2" '$1 == n { print $2 }'; }
+
+# leader SYSTEM: index of the member that reports etcd_server_is_leader 1.
+leader() {
+  local i
+  for i in 0 1 2; do
+    [[ $(metric "${METRICS[$1,$i]}" etcd_server_is_leader 2>/dev/null) == 1 ]] && { echo "$i"; return 0; }
+  done
+  return 1
+}
+
+# wait_leader SYSTEM: waits up to 30 s for a leader, or exits.
+wait_leader() {
+  local t
+  for t in $(seq 1 150); do
+    if leader "$1" >/dev/null; then return 0; fi
+    sleep 0.2
+  done
+  echo "$1: no leader after 30 s; logs in $OUT" >&2
+  exit 1
+}
