@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Compaction stall, side by side: fill a fresh 3-member cluster with PUTS puts over KEYS keys
+# (64 clients), then compact at the current revision while one client keeps putting. Reports
+# how long the Compact call took, the concurrent puts' p99 and max latency, and the leader
+# changes it caused. kvd and etcd 3.4 in turn, each on a fresh cluster, ROUNDS times.
+#
+# Usage: benches/compare/compaction.sh [out-dir]
+# Env:   ROUNDS (1) PUTS (200000) KEYS (50000) KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR
+#        or target, release/) ETCD_BIN (etcd) ETCDCTL (etcdctl) SKIP_BUILD=1
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TD=${CARGO_TARGET_DIR:-$ROOT/target}
+KVD_BIN=${KVD_BIN:-$TD/release/kvd}
+KVBENCH_BIN=${KVBENCH_BIN:-$TD/release/kvbench}
+ETCD_BIN=${ETCD_BIN:-etcd}
+ETCDCTL=${ETCDCTL:-etcdctl}
+ROUNDS=${ROUNDS:-1}
+PUTS=${PUTS:-200000}
+KEYS=${KEYS:-50000}
+OUT=${1:-$(mktemp -d /tmp/compaction.XXXXXX)}
+mkdir -p "$OUT"
+
+for b in "$ETCD_BIN" "$ETCDCTL"; do
+  command -v "$b" >/dev/null || { echo "$b not found (apt-get install -y etcd-server etcd-client)" >&2; exit 1; }
+done
+if [[ -z ${SKIP_BUILD:-} ]]; then
+  (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
+fi
+. "$ROOT/benches/compare/cluster.sh"
+trap cleanup EXIT
+
+leader_changes() {
+  local i s=0
+  for i in 0 1 2; do s=$((s + $(metric "${METRICS[$1,$i]}" etcd_server_leader_changes_seen_total))); done
+  echo "$s"
+}
+
+one() {
+  local sys=$1 round=$2 bin base
+  if [[ $sys == etcd ]]; then bin=$ETCD_BIN base=26790; else bin=$KVD_BIN base=36790; fi
+  local dir="$OUT/r$round-$sys"
+  mkdir -p "$dir"
+  start_cluster "$sys" "$bin" "$base" "$dir"
+  wait_leader "$sys"
+  local l; l=$(leader "$sys")
+  local ep=${CLIENT[$sys,$l]}
+  local k=(--key-size 8 --val-size 256 --key-space-size "$KEYS")
+  "$KVBENCH_BIN" --endpoints "$ep" --json put "${k[@]}" --clients 64 --conns 16 --total "$PUTS" >/dev/null
+  local rev
+  rev=$(ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ep" get x -w json |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["header"]["revision"])')
+  local lc0; lc0=$(leader_changes "$sys")
+  "$KVBENCH_BIN" --endpoints "$ep" --json put "${k[@]}" --clients 1 --conns 1 --total 3000 \
+    >"$dir/during.json" &
+  local kb=$!
+  sleep 2
+  local t0=$EPOCHREALTIME
+  ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ep" --command-timeout=120s compact "$rev" >/dev/null
+  local t1=$EPOCHREALTIME
+  wait "$kb"
+  local lc1; lc1=$(leader_changes "$sys")
+  python3 - "$dir/during.json" "$sys" "$round" "$t0" "$t1" "$((lc1 - lc0))" >>"$OUT/compaction.tsv" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+s, r, t0, t1, lc = sys.argv[2:7]
+print("\t".join(map(str, [s, r, round(float(t1) - float(t0), 3), j["latency_ms"]["p99"],
+                          j["latency_ms"]["max"], j["errors"], lc])))
+PY
+  echo "  $(tail -1 "$OUT/compaction.tsv")" >&2
+  cleanup
+  rm -rf "$dir"/*.data
+}
+
+echo "output: $OUT" >&2
+: >"$OUT/compaction.tsv"
+for r in $(seq 1 "$ROUNDS"); do
+  for sys in etcd kvd; do one "$sys" "$r"; done
+done
+echo "| system | round | compact call (s) | concurrent 1-client put p99 (ms) | max (ms) | errors | leader changes (sum over members) |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }' "$OUT/compaction.tsv"
