@@ -11,10 +11,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TD=${CARGO_TARGET_DIR:-$ROOT/target}
-KVD_BIN=${KVD_BIN:-$TD/release/kvd}
-KVBENCH_BIN=${KVBENCH_BIN:-$TD/release/kvbench}
-ETCD_BIN=${ETCD_BIN:-etcd}
+. "$ROOT/benches/compare/cluster.sh"
 ROUNDS=${ROUNDS:-3}
 TOTAL=${TOTAL:-10000}
 TOTAL_SEQ=${TOTAL_SEQ:-1000}
@@ -28,7 +25,6 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
   (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
 fi
 
-. "$ROOT/benches/compare/cluster.sh"
 trap cleanup EXIT
 
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }

@@ -1,7 +1,14 @@
 # Shared by the side-by-side scripts (source it): start, find and stop 3-member clusters of
 # kvd or etcd on loopback. Member i of a cluster at BASE listens for clients on BASE+10*i,
 # for peers on +1 and for metrics on +2; both systems export etcd's metric names, so the
-# leader is found the same way for both.
+# leader is found the same way for both. Set ROOT (the repository) before sourcing.
+
+# Binaries, overridable from the environment.
+TD=${CARGO_TARGET_DIR:-$ROOT/target}
+KVD_BIN=${KVD_BIN:-$TD/release/kvd}
+KVBENCH_BIN=${KVBENCH_BIN:-$TD/release/kvbench}
+ETCD_BIN=${ETCD_BIN:-etcd}
+ETCDCTL=${ETCDCTL:-etcdctl}
 
 PIDS=()
 declare -A MPID CLIENT METRICS
@@ -57,4 +64,17 @@ wait_leader() {
   done
   echo "$1: no leader after 30 s; logs in $OUT" >&2
   exit 1
+}
+
+# fresh_cluster SYSTEM DIR ETCD_BASE KVD_BASE: starts SYSTEM's cluster (ports from ETCD_BASE or
+# KVD_BASE) with its data in DIR, waits for a leader, and sets LEADER (its index) and EP (its
+# client address).
+fresh_cluster() {
+  local sys=$1 dir=$2 bin base
+  if [[ $sys == etcd ]]; then bin=$ETCD_BIN base=$3; else bin=$KVD_BIN base=$4; fi
+  mkdir -p "$dir"
+  start_cluster "$sys" "$bin" "$base" "$dir"
+  wait_leader "$sys"
+  LEADER=$(leader "$sys")
+  EP=${CLIENT[$sys,$LEADER]}
 }

@@ -10,11 +10,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TD=${CARGO_TARGET_DIR:-$ROOT/target}
-KVD_BIN=${KVD_BIN:-$TD/release/kvd}
-KVBENCH_BIN=${KVBENCH_BIN:-$TD/release/kvbench}
-ETCD_BIN=${ETCD_BIN:-etcd}
-ETCDCTL=${ETCDCTL:-etcdctl}
+. "$ROOT/benches/compare/cluster.sh"
 ROUNDS=${ROUNDS:-1}
 PUTS=${PUTS:-200000}
 KEYS=${KEYS:-50000}
@@ -27,7 +23,6 @@ done
 if [[ -z ${SKIP_BUILD:-} ]]; then
   (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
 fi
-. "$ROOT/benches/compare/cluster.sh"
 trap cleanup EXIT
 
 leader_changes() {
@@ -37,14 +32,10 @@ leader_changes() {
 }
 
 one() {
-  local sys=$1 round=$2 bin base
-  if [[ $sys == etcd ]]; then bin=$ETCD_BIN base=26790; else bin=$KVD_BIN base=36790; fi
+  local sys=$1 round=$2
   local dir="$OUT/r$round-$sys"
-  mkdir -p "$dir"
-  start_cluster "$sys" "$bin" "$base" "$dir"
-  wait_leader "$sys"
-  local l; l=$(leader "$sys")
-  local ep=${CLIENT[$sys,$l]}
+  fresh_cluster "$sys" "$dir" 26790 36790
+  local ep=$EP
   local k=(--key-size 8 --val-size 256 --key-space-size "$KEYS")
   "$KVBENCH_BIN" --endpoints "$ep" --json put "${k[@]}" --clients 64 --conns 16 --total "$PUTS" >/dev/null
   local rev

@@ -14,10 +14,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TD=${CARGO_TARGET_DIR:-$ROOT/target}
-KVD_BIN=${KVD_BIN:-$TD/release/kvd}
-ETCD_BIN=${ETCD_BIN:-etcd}
-ETCDCTL=${ETCDCTL:-etcdctl}
+. "$ROOT/benches/compare/cluster.sh"
 ROUNDS=${ROUNDS:-5}
 OUT=${1:-$(mktemp -d /tmp/failover.XXXXXX)}
 mkdir -p "$OUT"
@@ -30,7 +27,6 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
   (cd "$ROOT" && cargo build --release --bin kvd)
 fi
 
-. "$ROOT/benches/compare/cluster.sh"
 # A stopped member cannot be stopped by SIGTERM: resume everything first.
 trap 'for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; done; cleanup' EXIT
 

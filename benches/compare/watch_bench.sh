@@ -16,10 +16,7 @@ set -euo pipefail
 trap 'echo "$0: failed at line $LINENO" >&2' ERR
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TD=${CARGO_TARGET_DIR:-$ROOT/target}
-KVD_BIN=${KVD_BIN:-$TD/release/kvd}
-KVBENCH_BIN=${KVBENCH_BIN:-$TD/release/kvbench}
-ETCD_BIN=${ETCD_BIN:-etcd}
+. "$ROOT/benches/compare/cluster.sh"
 ROUNDS=${ROUNDS:-3}
 WATCHERS=${WATCHERS:-10000}
 STREAMS=${STREAMS:-100}
@@ -41,21 +38,16 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
   (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
 fi
 
-. "$ROOT/benches/compare/cluster.sh"
 trap cleanup EXIT
 
 KEYS=(--key-size 8 --val-size 256 --key-space-size "$KEYSPACE")
 # one SYSTEM ROUND: fresh cluster, warm-up, then the measured run on the leader: RSS, open the
 # watches, RSS, puts with watchers, close the watches, the same puts without (kvbench --baseline).
 one() {
-  local sys=$1 round=$2 bin base
-  if [[ $sys == etcd ]]; then bin=$ETCD_BIN base=24790; else bin=$KVD_BIN base=34790; fi
+  local sys=$1 round=$2
   local dir="$OUT/r$round-$sys"
-  mkdir -p "$dir"
-  start_cluster "$sys" "$bin" "$base" "$dir"
-  wait_leader "$sys"
-  local l; l=$(leader "$sys")
-  local ep=${CLIENT[$sys,$l]}
+  fresh_cluster "$sys" "$dir" 24790 34790
+  local l=$LEADER ep=$EP
   "$KVBENCH_BIN" --endpoints "$ep" --json put "${KEYS[@]}" --clients "$CLIENTS" \
     --conns "$PCONNS" --total "$WARMUP" >/dev/null
   echo "  $sys r$round: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
