@@ -355,7 +355,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         // A compaction rewrites the whole key index and commits its deletions to sled inline
         // (seconds for a large history): off the worker, so heartbeats and the Raft core
-        // keep running on a one-worker runtime.
+        // keep running on a one-worker runtime (writes still wait for it).
         let mvcc = &self.shared.mvcc;
         let mut results = if reqs.iter().any(|r| matches!(r, WriteRequest::Compact(_))) {
             blocking(|| mvcc.apply(&reqs, &meta))

@@ -110,7 +110,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         // [E, 2E) of silence and grants once E has passed. With max = E and min = E/4 (more
         // than a heartbeat, as openraft requires, since E >= 5 heartbeats), kvd campaigns
         // after [1.25E, 2E) and grants after E. With min = E and max = 2E a frozen leader
-        // left the cluster without one for 3.5-4 s, against etcd's 1.5
+        // left the cluster without one for 3.1-3.8 s, against etcd's 1.0-2.0
         // (benches/compare/failover.sh).
         election_timeout_min: cfg.election_timeout.as_millis() as u64 / 4,
         election_timeout_max: cfg.election_timeout.as_millis() as u64,
