@@ -30,6 +30,9 @@ fi
 # A stopped member cannot be stopped by SIGTERM: resume everything first.
 trap 'for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; done; cleanup' EXIT
 
+# since T0: seconds from T0 (an $EPOCHREALTIME) to now, to the millisecond.
+since() { python3 -c "print(round($EPOCHREALTIME - $1, 3))"; }
+
 put() { ETCDCTL_API=3 "$ETCDCTL" --endpoints "$1" --command-timeout=300ms put failover "$2" >/dev/null 2>&1; }
 
 # one SYSTEM ROUND: freeze the leader, time the election and the first write, resume it.
@@ -49,7 +52,7 @@ one() {
     while (( ${EPOCHREALTIME%.*} - ${t0%.*} < 30 )); do
       for i in "${survivors[@]}"; do
         if [[ $(metric "${METRICS[$sys,$i]}" etcd_server_is_leader 2>/dev/null) == 1 ]]; then
-          python3 -c "print(round($EPOCHREALTIME - $t0, 3))" >"$el"; exit 0
+          since "$t0" >"$el"; exit 0
         fi
       done
       sleep 0.02
@@ -60,7 +63,7 @@ one() {
     local n=0
     while (( ${EPOCHREALTIME%.*} - ${t0%.*} < 30 )); do
       if put "${CLIENT[$sys,${survivors[$((n % 2))]}]}" "r$round-$n"; then
-        python3 -c "print(round($EPOCHREALTIME - $t0, 3))" >"$wr"; exit 0
+        since "$t0" >"$wr"; exit 0
       fi
       n=$((n + 1))
       sleep 0.02
