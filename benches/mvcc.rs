@@ -5,10 +5,13 @@
 //!   pending buffer; the committer thread writes it to sled in the background (every 100 ms).
 //! - `mvcc_apply_commit_puts`: apply followed by an explicit commit, i.e. one sled transaction
 //!   per batch, which is what every apply paid before the pending buffer.
+//! - `mvcc_apply_compaction`: the apply of a compaction of 10k keys with 4 revisions each
+//!   (30k revisions removed): what every write waits for behind it. The key index and the
+//!   history are compacted later, in the background, and not measured here.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use kvd::mvcc::{MvccStore, WriteRequest};
-use kvd::proto::etcdserverpb::PutRequest;
+use kvd::proto::etcdserverpb::{CompactionRequest, PutRequest};
 
 fn puts(next: &mut u64, n: usize) -> Vec<WriteRequest> {
     let reqs = (0..n as u64)
@@ -52,5 +55,42 @@ fn mvcc_apply_commit_puts(c: &mut Criterion) {
     bench(c, "mvcc_apply_commit_puts", true);
 }
 
-criterion_group!(benches, mvcc_apply_puts, mvcc_apply_commit_puts);
+/// A store holding `revs` revisions of each of 10k keys, and its current revision.
+fn history(revs: usize) -> (sled::Db, MvccStore, i64) {
+    let db = sled::Config::new().temporary(true).open().unwrap();
+    let store = MvccStore::open(&db).unwrap();
+    let mut next = 0u64;
+    for _ in 0..revs * 10_000 / 256 + 1 {
+        store.apply(&puts(&mut next, 256), &[]).unwrap();
+    }
+    let rev = store.current_revision();
+    (db, store, rev)
+}
+
+fn mvcc_apply_compaction(c: &mut Criterion) {
+    let mut g = c.benchmark_group("mvcc_apply_compaction");
+    g.sample_size(10);
+    g.bench_function("10k_keys_x4", |b| {
+        b.iter_batched_ref(
+            || history(4),
+            |(_db, store, rev)| {
+                let req = WriteRequest::Compact(CompactionRequest {
+                    revision: *rev,
+                    physical: false,
+                });
+                let out = store.apply(&[req], &[]).unwrap();
+                assert!(out[0].is_ok());
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    mvcc_apply_puts,
+    mvcc_apply_commit_puts,
+    mvcc_apply_compaction
+);
 criterion_main!(benches);

@@ -5,7 +5,8 @@
 # changes it caused. kvd and etcd 3.4 in turn, each on a fresh cluster, ROUNDS times.
 #
 # Usage: benches/compare/compaction.sh [out-dir]
-# Env:   ROUNDS (1) PUTS (200000) KEYS (50000) KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR
+# Env:   ROUNDS (1) PUTS (200000) KEYS (50000) COMPACT (1; 0 = the same run without the
+#        Compact call, the baseline the latencies compare with) KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR
 #        or target, release/) ETCD_BIN (etcd) ETCDCTL (etcdctl) SKIP_BUILD=1
 set -euo pipefail
 
@@ -47,7 +48,9 @@ one() {
   local kb=$!
   sleep 2
   local t0=$EPOCHREALTIME
-  ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ep" --command-timeout=120s compact "$rev" >/dev/null
+  if [ "${COMPACT:-1}" != 0 ]; then
+    ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ep" --command-timeout=120s compact "$rev" >/dev/null
+  fi
   local t1=$EPOCHREALTIME
   wait "$kb"
   local lc1; lc1=$(leader_changes "$sys")

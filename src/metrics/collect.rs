@@ -8,7 +8,7 @@ use openraft::async_runtime::WatchReceiver;
 
 use super::histogram::HistogramSnapshot;
 use super::text::TextWriter;
-use super::{grpc, BACKEND_COMMIT, PROPOSALS_FAILED, PROPOSALS_PENDING};
+use super::{grpc, BACKEND_COMMIT, COMPACTION_KEYS, PROPOSALS_FAILED, PROPOSALS_PENDING};
 use crate::raft::RaftNode;
 
 /// What a scrape reads from; cheap to clone into each HTTP handler.
@@ -74,6 +74,11 @@ pub fn render(s: &Scrape) -> String {
         "etcd_disk_backend_commit_duration_seconds",
         "The latency distributions of commit called by backend.",
         &BACKEND_COMMIT.snapshot(),
+    );
+    w.counter(
+        "etcd_debugging_mvcc_db_compaction_keys_total",
+        "Total number of db keys compacted.",
+        COMPACTION_KEYS.load(Ordering::Relaxed) as f64,
     );
 
     let (committed, applied, leader, term) = {

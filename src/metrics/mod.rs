@@ -10,7 +10,7 @@
 //!   counters below are relaxed atomics. A scrape may therefore mix values from slightly
 //!   different instants; every counter is still monotonic on its own.
 //! - The counters in this module ([`BACKEND_COMMIT`], [`PROPOSALS_FAILED`],
-//!   [`PROPOSALS_PENDING`], the gRPC table) are process-wide, like Go's default Prometheus
+//!   [`PROPOSALS_PENDING`], [`COMPACTION_KEYS`], the gRPC table) are process-wide, like Go's default Prometheus
 //!   registry: the `kvd` binary runs one member per process, so they are that member's.
 //!   In-process test clusters share them.
 //! - `/health` is healthy exactly when [`crate::raft::RaftNode::has_leader`] is true, the same
@@ -41,3 +41,6 @@ pub static PROPOSALS_FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// Proposals this member is waiting on: submitted and not yet applied locally.
 pub static PROPOSALS_PENDING: AtomicI64 = AtomicI64::new(0);
+
+/// History records deleted by compactions (etcd: `etcd_debugging_mvcc_db_compaction_keys_total`).
+pub static COMPACTION_KEYS: AtomicU64 = AtomicU64::new(0);

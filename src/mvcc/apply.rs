@@ -37,8 +37,6 @@ fn header(revision: i64) -> Option<ResponseHeader> {
 enum Undo {
     /// A put or tombstone appended to the key's index.
     IdxPush(Vec<u8>),
-    /// The key's whole index replaced (compaction); holds the old one.
-    IdxReplace(Vec<u8>, Option<KeyIndex>),
     Rev(Revision, Option<Option<Vec<u8>>>),
     Lease(i64, Option<Option<i64>>),
 }
@@ -73,7 +71,8 @@ impl Ctx {
 
 pub(crate) struct Batch<'a> {
     committed: Committed<'a>,
-    /// Encoded records; `None` = removed by compaction.
+    /// Encoded records written by the batch (always `Some`: compaction removes records in
+    /// the background, see `garbage`).
     rev: BTreeMap<Revision, Option<Vec<u8>>>,
     /// Lease id -> granted TTL; `None` = revoked.
     leases: BTreeMap<i64, Option<i64>>,
@@ -135,6 +134,7 @@ impl<'a> Batch<'a> {
             rev: std::mem::take(&mut self.rev),
             lease: std::mem::take(&mut self.leases),
             meta: Default::default(),
+            compacted: None,
         }
     }
 
@@ -154,11 +154,6 @@ impl<'a> Batch<'a> {
     fn push_idx(&mut self, key: &[u8], rev: Revision, tombstone: bool) {
         self.committed.idx.push(key, rev, tombstone);
         self.undo.push(Undo::IdxPush(key.to_vec()));
-    }
-
-    fn replace_idx(&mut self, key: &[u8], ki: Option<KeyIndex>) {
-        let old = self.committed.idx.replace(key, ki);
-        self.undo.push(Undo::IdxReplace(key.to_vec(), old));
     }
 
     fn set_rev(&mut self, rev: Revision, rec: Option<&Record>) {
@@ -194,9 +189,6 @@ impl<'a> Batch<'a> {
         while self.undo.len() > mark {
             match self.undo.pop().expect("len > mark") {
                 Undo::IdxPush(k) => self.committed.idx.unpush(&k),
-                Undo::IdxReplace(k, old) => {
-                    self.committed.idx.replace(&k, old);
-                }
                 Undo::Rev(r, Some(v)) => {
                     self.rev.insert(r, v);
                 }
@@ -405,22 +397,10 @@ impl<'a> Batch<'a> {
         if at > self.cur {
             return Err(MvccError::FutureRev);
         }
+        // Only the revision: the key index and the history are compacted in the background
+        // once this batch is committed (see `garbage`). Every read at or above `at` sees the
+        // same data either way, and reads below it are refused from now on.
         self.published_compacted.store(at, AtomicOrdering::SeqCst);
-        let mut all = Vec::new();
-        self.scan(&KeyRange::From(Vec::new()), &mut |k, ki| {
-            all.push((k.to_vec(), ki.clone()));
-            true
-        })?;
-        for (k, ki) in all {
-            let (rest, removed) = ki.compact(at);
-            if removed.is_empty() {
-                continue;
-            }
-            self.replace_idx(&k, rest);
-            for r in removed {
-                self.set_rev(r, None);
-            }
-        }
         self.compacted = at;
         Ok(CompactionResponse {
             header: header(self.cur),

@@ -14,11 +14,15 @@
 //!   back into the index.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::index::{Found, KeyIndex, Query, Record, Revision};
 use super::view::KeyRange;
 use super::MvccError;
+
+/// Keys compacted per hold of the write lock.
+const COMPACT_CHUNK: usize = 1024;
 
 #[derive(Default)]
 pub(crate) struct MemIndex {
@@ -50,6 +54,45 @@ impl MemIndex {
         }
         *self.write() = map;
         Ok(())
+    }
+
+    /// Compacts every key's index at `at` (see [`KeyIndex::compact`]) and returns the
+    /// revisions removed, whose records are garbage. Takes the write lock for
+    /// [`COMPACT_CHUNK`] keys at a time, so readers and the applier wait for a chunk, not for
+    /// the whole index.
+    pub fn compact(&self, at: i64) -> Vec<Revision> {
+        let mut removed = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let mut map = self.write();
+            let from = after.take();
+            let lower = from.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let mut emptied = Vec::new();
+            for (n, (k, ki)) in map
+                .range_mut::<[u8], _>((lower, Bound::Unbounded))
+                .take(COMPACT_CHUNK)
+                .enumerate()
+            {
+                if n + 1 == COMPACT_CHUNK {
+                    after = Some(k.clone());
+                }
+                let (rest, gone) = ki.compact(at);
+                if gone.is_empty() {
+                    continue;
+                }
+                removed.extend(gone);
+                match rest {
+                    Some(rest) => *ki = rest,
+                    None => emptied.push(k.clone()),
+                }
+            }
+            for k in emptied {
+                map.remove(&k);
+            }
+            if after.is_none() {
+                return removed;
+            }
+        }
     }
 
     /// Answers `q` about `key` without copying its revisions.
@@ -114,15 +157,6 @@ impl MemIndex {
             if ki.unpush() {
                 map.remove(key);
             }
-        }
-    }
-
-    /// Sets `key`'s index (`None` removes it) and returns the previous one.
-    pub fn replace(&self, key: &[u8], ki: Option<KeyIndex>) -> Option<KeyIndex> {
-        let mut map = self.write();
-        match ki {
-            Some(ki) => map.insert(key.to_vec(), ki),
-            None => map.remove(key),
         }
     }
 }

@@ -22,12 +22,15 @@
 //! # Invariants
 //! - Every live key's `lease` is 0 or names a lease in [`LEASE_TREE`]: a put naming a
 //!   missing lease fails, and revoking a lease deletes its keys in the same request.
-//! - Every revision listed in a key index has a record in the history, and vice versa.
+//! - Every revision listed in a key index has a record in the history, and every record
+//!   above the compacted revision is listed (below it, compacted records may wait for
+//!   deletion).
 //! - An empty store is at revision 1. Each write request that changes something bumps
 //!   the revision by exactly one; its changes get sub revisions 0, 1, ...
 //! - Compaction at C keeps, per key, the newest revision <= C unless it is a tombstone,
 //!   and everything newer than C. Hence any revision R >= C reads the same data as before
-//!   the compaction.
+//!   the compaction. The apply only publishes C; the key index and the history are
+//!   compacted in the background once the batch is committed (see [`garbage`]).
 //! - The published current revision (an atomic) is raised only after the batch that
 //!   produced it is in the pending buffer, so readers never look for data that is not there
 //!   yet. Every read of the trees goes through the buffer first.
@@ -38,19 +41,23 @@
 //!   metadata; [`MvccStore::flush`] (and [`MvccStore::dump`]) commit everything first.
 //! - One applier: [`MvccStore::apply`] and [`MvccStore::load`] serialize on a mutex;
 //!   reads run concurrently and lock-free.
-//! - History is deleted only by a compaction or a load, and both first wait until no
-//!   snapshot [`Image`] is being copied: an image reads its history from sled after applies
-//!   have moved on, and everything up to its revision is still there.
+//! - History is deleted only by the background compaction ([`garbage`]) or a load, and both
+//!   first wait until no snapshot [`Image`] is being copied: an image reads its history from
+//!   sled after applies have moved on, and everything up to its revision is still there.
+//!   (An image may also hold compacted records not yet deleted; loading it compacts again.)
 
 mod apply;
 mod check;
 mod error;
+mod garbage;
 mod gosort;
 mod index;
 mod mem_index;
 mod pending;
 mod view;
 
+#[cfg(test)]
+mod garbage_tests;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]
@@ -59,7 +66,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
 pub use error::MvccError;
@@ -140,8 +147,9 @@ struct Inner {
     current: AtomicI64,
     compacted: AtomicI64,
     apply_lock: Mutex<()>,
-    /// Read-held by every [`Image`] until its history is copied; a compaction or a load,
-    /// which delete history, take it for writing. Both sides take it under `apply_lock`.
+    /// Read-held by every [`Image`] until its history is copied; the garbage collector and a
+    /// load, which delete history, take it for writing. Images and loads take it under
+    /// `apply_lock`; the collector only tries, between commits.
     history_gate: Arc<tokio::sync::RwLock<()>>,
 }
 
@@ -214,14 +222,27 @@ impl Drop for Inner {
     }
 }
 
-/// Commits the pending buffer when due, until the store is dropped.
+/// Commits the pending buffer when due, and does the background compaction work between
+/// commits, until the store is dropped.
 fn run_committer(pending: Arc<Pending>, store: Weak<Inner>) {
+    let mut next_step = Instant::now();
     loop {
-        // The store is upgraded only for a due commit: a store closed with nothing pending
-        // (the server flushes on stop) is never kept open, holding sled's lock, by this thread.
-        if !pending.wait_due(Duration::from_millis(200)) {
+        let compacting = pending.garbage.has_work();
+        let wait = if compacting {
+            next_step.saturating_duration_since(Instant::now())
+        } else {
+            Duration::from_millis(200)
+        };
+        // The store is upgraded only for a due commit or a compaction step: a store closed
+        // with nothing pending (the server flushes on stop) is never kept open, holding
+        // sled's lock, by this thread. A step runs under `enter`, which the last handle's
+        // drop waits on (see `Closer`).
+        if !pending.wait_due(wait) {
             if store.strong_count() == 0 {
                 return;
+            }
+            if compacting && Instant::now() >= next_step {
+                next_step = Instant::now() + compaction_step(&pending, &store);
             }
             continue;
         }
@@ -235,9 +256,47 @@ fn run_committer(pending: Arc<Pending>, store: Weak<Inner>) {
     }
 }
 
+/// One step of background compaction, unless the store is closed or gone. Returns how long
+/// to rest before the next.
+fn compaction_step(pending: &Pending, store: &Weak<Inner>) -> Duration {
+    let idle = Duration::from_millis(20);
+    let Some(_running) = pending.garbage.enter() else {
+        return idle;
+    };
+    let Some(inner) = store.upgrade() else {
+        return idle;
+    };
+    match pending
+        .garbage
+        .step(&inner.idx, &inner.rev, &inner.history_gate)
+    {
+        Ok(garbage::Step::Worked { rest }) => rest,
+        // A snapshot copy or a load holds the history.
+        Ok(garbage::Step::Idle) => idle,
+        Err(e) => {
+            tracing::error!(error = %e, "deleting compacted history");
+            Duration::from_secs(1)
+        }
+    }
+}
+
+/// Dropped with the last [`MvccStore`] handle, before the store itself: stops the garbage
+/// collector and waits for its chunk in flight, so that the committer thread is not the one
+/// holding the database open when the owner has let go of it (a reopen would fail on sled's
+/// lock).
+struct Closer(Arc<Pending>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.garbage.close();
+    }
+}
+
 /// Handle to the MVCC store; cheap to clone, `Send + Sync`.
 #[derive(Clone)]
 pub struct MvccStore {
+    // Declared first: dropped before `inner`.
+    _closer: Arc<Closer>,
     inner: Arc<Inner>,
 }
 
@@ -271,16 +330,39 @@ impl MvccStore {
             history_gate: Arc::new(tokio::sync::RwLock::new(())),
         };
         let store = MvccStore {
+            _closer: Arc::new(Closer(inner.pending.clone())),
             inner: Arc::new(inner),
         };
-        store.inner.idx.rebuild(&store.inner.rev)?;
-        store.reload_counters()?;
+        store.rebuild_index()?;
         let (pending, weak) = (store.inner.pending.clone(), Arc::downgrade(&store.inner));
         std::thread::Builder::new()
             .name("mvcc-commit".into())
             .spawn(move || run_committer(pending, weak))
             .map_err(|e| MvccError::Storage(format!("starting the MVCC committer: {e}")))?;
         Ok(store)
+    }
+
+    /// Derives the key index from the history, and the counters from the meta tree. Records
+    /// that the stored compaction removed but that were not deleted yet (a crash or a close
+    /// came first, or a snapshot image carried them) are dropped from the index again and
+    /// queued for deletion.
+    fn rebuild_index(&self) -> Result<(), MvccError> {
+        let i = &self.inner;
+        i.idx.rebuild(&i.rev)?;
+        self.reload_counters()?;
+        let compacted = self.compacted_revision();
+        if compacted != NEVER_COMPACTED {
+            let garbage = i.idx.compact(compacted);
+            if !garbage.is_empty() {
+                tracing::info!(
+                    records = garbage.len(),
+                    compacted,
+                    "deleting compacted history left from before"
+                );
+            }
+            i.pending.garbage.add(&garbage);
+        }
+        Ok(())
     }
 
     fn reload_counters(&self) -> Result<(), MvccError> {
@@ -360,10 +442,6 @@ impl MvccStore {
         }
         let i = &self.inner;
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let _no_images = reqs
-            .iter()
-            .any(|r| matches!(r, WriteRequest::Compact(_)))
-            .then(|| exclude_images(&i.history_gate));
         let old_cur = self.current_revision();
         let old_compacted = self.compacted_revision();
         let mut batch = Batch::new(self.committed(), &i.lease, old_cur, &i.compacted);
@@ -388,6 +466,7 @@ impl MvccStore {
                 .insert(META_CURRENT.to_vec(), Some(cur.to_be_bytes().to_vec()));
         }
         if compacted != old_compacted {
+            layer.compacted = Some(compacted);
             // Already published (by the batch, before it changed the key index), so that
             // a reader that misses compacted data also sees the new compacted revision
             // when it re-checks.
@@ -463,6 +542,11 @@ impl MvccStore {
         for item in self.history(lo, hi) {
             let (rev, rec) = item?;
             if !kr.contains(&rec.kv.key) {
+                continue;
+            }
+            if rec.tombstone && rev.main <= self.compacted_revision() {
+                // Compacted and not deleted yet (a tombstone at or below the compacted
+                // revision is always removed; anything else here, at `start`, is kept).
                 continue;
             }
             if limit > 0 && events.len() >= limit {
@@ -561,12 +645,13 @@ impl MvccStore {
     pub fn image(&self) -> Result<Image, MvccError> {
         let i = &self.inner;
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
-        // Writers hold the gate only inside apply/load, under `apply_lock`: it is free here.
-        let hold = i
-            .history_gate
-            .clone()
-            .try_read_owned()
-            .map_err(|_| MvccError::Storage("history gate held outside an apply".into()))?;
+        // Under `apply_lock` no load holds the gate; background compaction may, for a step.
+        let hold = loop {
+            match i.history_gate.clone().try_read_owned() {
+                Ok(hold) => break hold,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
         i.commit()?;
         let upto = Revision {
             main: self.current_revision(),
@@ -624,8 +709,7 @@ impl MvccStore {
             };
             t.insert(k, v)?;
         }
-        i.idx.rebuild(&i.rev)?;
-        self.reload_counters()
+        self.rebuild_index()
     }
 
     /// The granted TTL of lease `id`, if the lease exists.
@@ -661,6 +745,21 @@ impl MvccStore {
     /// [`pending::COMMIT_INTERVAL`] anyway). Not durable until [`Self::flush`].
     pub fn commit(&self) -> Result<(), MvccError> {
         self.inner.commit()
+    }
+
+    /// Commits the pending buffer, then waits until background compaction is done.
+    #[cfg(test)]
+    pub fn settle(&self) {
+        self.commit().unwrap();
+        loop {
+            // With no step in flight (a step may take the last work and add more).
+            let running = self.inner.pending.garbage.enter();
+            if !self.inner.pending.garbage.has_work() {
+                return;
+            }
+            drop(running);
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Commits the pending buffer and flushes the sled database (apply never does).

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
+use super::garbage::Garbage;
 use super::index::Revision;
 use super::MvccError;
 
@@ -44,6 +45,9 @@ pub(crate) struct Layer {
     pub meta: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Lease id -> granted TTL.
     pub lease: BTreeMap<i64, Option<i64>>,
+    /// The revision of a compaction applied in this layer. Once the layer is committed,
+    /// [`Garbage`] compacts the key index and deletes the removed records.
+    pub compacted: Option<i64>,
 }
 
 impl Layer {
@@ -52,7 +56,7 @@ impl Layer {
     }
 
     fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len() == 0 && self.compacted.is_none()
     }
 
     /// Takes `newer`'s writes over this layer's.
@@ -60,6 +64,7 @@ impl Layer {
         self.rev.extend(newer.rev);
         self.meta.extend(newer.meta);
         self.lease.extend(newer.lease);
+        self.compacted = newer.compacted.or(self.compacted);
     }
 }
 
@@ -83,6 +88,8 @@ pub(crate) struct Trees<'a> {
 pub(crate) struct Pending {
     state: RwLock<State>,
     commit_lock: Mutex<()>,
+    /// Committed compactions whose index and history are still to be compacted.
+    pub garbage: Garbage,
     /// Test failpoint: every commit fails as a sled error would, after freezing the layer.
     #[cfg(test)]
     pub fail_commits: std::sync::atomic::AtomicBool,
@@ -197,6 +204,9 @@ impl Pending {
             let started = Instant::now();
             write_layer(trees, &frozen)?;
             crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
+            if let Some(at) = frozen.compacted {
+                self.garbage.schedule(at);
+            }
             self.write().frozen = None;
             if !leftover {
                 break;
@@ -216,6 +226,7 @@ impl Pending {
     pub fn clear(&self) {
         let _one = self.commit_lock.lock().unwrap_or_else(|e| e.into_inner());
         *self.write() = State::default();
+        self.garbage.clear();
     }
 }
 

@@ -353,16 +353,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(m) = &membership {
             meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
         }
-        // A compaction rewrites the whole key index and commits its deletions to sled inline
-        // (seconds for a large history): off the worker, so heartbeats and the Raft core
-        // keep running on a one-worker runtime (writes still wait for it).
-        let mvcc = &self.shared.mvcc;
-        let mut results = if reqs.iter().any(|r| matches!(r, WriteRequest::Compact(_))) {
-            blocking(|| mvcc.apply(&reqs, &meta))
-        } else {
-            mvcc.apply(&reqs, &meta)
-        }
-        .map_err(StoreError::from)?;
+        let mut results = self
+            .shared
+            .mvcc
+            .apply(&reqs, &meta)
+            .map_err(StoreError::from)?;
         let current = self.shared.mvcc.current_revision();
         // Before any responder fires: a client that got its grant can keep it alive at once.
         for (req, res) in reqs.iter().zip(&results) {

@@ -1,0 +1,115 @@
+//! Compacted history deleted in the background: what readers, reopens and snapshot loads see
+//! while the records are still there.
+
+use super::tests::{compact, del, put, temp_store};
+use super::*;
+
+/// a@2 a@3 b@4 b deleted@5 a@6, then a compaction at 5 (and a failing one in the same batch).
+/// The collector of `s` is stopped first, so the removed records stay in sled.
+fn compacted_with_garbage_left(s: &MvccStore) {
+    s.inner.pending.garbage.close();
+    put(s, "a", "1");
+    put(s, "a", "2");
+    put(s, "b", "1");
+    del(s, "b", "");
+    put(s, "a", "3");
+    let reqs = [5, 3].map(|rev| {
+        WriteRequest::Compact(CompactionRequest {
+            revision: rev,
+            physical: false,
+        })
+    });
+    let out = s.apply(&reqs, &[]).unwrap();
+    assert!(out[0].is_ok());
+    assert_eq!(out[1], Err(MvccError::Compacted));
+    s.commit().unwrap();
+    assert_eq!(history(s), [2, 3, 4, 5, 6], "nothing deleted yet");
+}
+
+fn history(s: &MvccStore) -> Vec<i64> {
+    s.inner
+        .rev
+        .iter()
+        .map(|item| Revision::from_bytes(&item.unwrap().0).unwrap().main)
+        .collect()
+}
+
+/// (type, key, mod revision) of every event from `rev` on.
+fn events(s: &MvccStore, rev: i64) -> Vec<(i32, Vec<u8>, i64)> {
+    s.events_since(rev, b"\0", b"\0", true, 0)
+        .unwrap()
+        .events
+        .into_iter()
+        .map(|e| {
+            let kv = e.kv.unwrap();
+            (e.r#type, kv.key, kv.mod_revision)
+        })
+        .collect()
+}
+
+fn assert_reads_as_compacted_at_5(s: &MvccStore) {
+    assert_eq!(s.compacted_revision(), 5);
+    assert_eq!(s.get_at(b"a", 5).unwrap().unwrap().value, b"2");
+    assert_eq!(s.get_at(b"b", 5).unwrap(), None);
+    assert_eq!(s.get_at(b"a", 4).unwrap_err(), MvccError::Compacted);
+    // The tombstone at 5 is compacted away, as in etcd: a watch from 5 sees only a@6.
+    assert_eq!(events(s, 5), [(EventType::Put as i32, b"a".to_vec(), 6)]);
+    assert_eq!(
+        s.events_since(4, b"a", b"", false, 0).unwrap_err(),
+        MvccError::Compacted
+    );
+}
+
+#[test]
+fn compacted_records_not_yet_deleted_are_never_read() {
+    let (_d, _db, s) = temp_store();
+    compacted_with_garbage_left(&s);
+    assert_reads_as_compacted_at_5(&s);
+}
+
+#[test]
+fn reopen_deletes_compacted_records_a_close_left() {
+    let (_d, db, s) = temp_store();
+    compacted_with_garbage_left(&s);
+    drop(s);
+    let s = MvccStore::open(&db).unwrap();
+    assert_reads_as_compacted_at_5(&s);
+    s.settle();
+    assert_eq!(history(&s), [3, 6]);
+    assert_reads_as_compacted_at_5(&s);
+}
+
+#[test]
+fn loading_an_image_with_compacted_records_drops_them() {
+    let (_d, _db, s) = temp_store();
+    compacted_with_garbage_left(&s);
+    let image: Vec<_> = s.dump().map(Result::unwrap).collect();
+    let (_d2, _db2, s2) = temp_store();
+    s2.load(image).unwrap();
+    assert_reads_as_compacted_at_5(&s2);
+    s2.settle();
+    assert_eq!(history(&s2), [3, 6]);
+}
+
+#[test]
+fn collector_deletes_a_large_compaction_in_chunks_while_applies_go_on() {
+    let (_d, _db, s) = temp_store();
+    let n = 5 * garbage::CHUNK;
+    for i in 0..n {
+        put(&s, &format!("k{}", i % 10), "v");
+    }
+    let at = s.current_revision();
+    compact(&s, at).unwrap();
+    for i in 0..10 {
+        put(&s, &format!("k{i}"), "after");
+    }
+    s.settle();
+    // Per key: its revision at `at` and the one after.
+    assert_eq!(history(&s).len(), 20);
+    assert_eq!(s.get_at(b"k3", at).unwrap().unwrap().value, b"v");
+    assert_eq!(get_value(&s, "k3"), b"after");
+}
+
+fn get_value(s: &MvccStore, k: &str) -> Vec<u8> {
+    s.get_at(k.as_bytes(), 0).unwrap().unwrap().value
+}
