@@ -2,6 +2,7 @@
 //! snapshot files, the peer network (client and server), the peer prober and the node glue that proposes
 //! writes and serves read-index barriers.
 
+mod background;
 pub mod error;
 pub mod log_store;
 pub mod network;

@@ -36,24 +36,34 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Bytes written between two fdatasyncs of a snapshot file. A snapshot is tens of MB, taken
+/// by every member at once: written in one go, its writeback queued ahead of the WAL's
+/// fdatasyncs on a shared disk and single puts took 150-250 ms meanwhile.
+const SYNC_EVERY: usize = 4 << 20;
+
 /// Writes a snapshot durably (see the module doc).
 pub fn write(dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> Result<PathBuf, StoreError> {
     let meta_b = encode(meta);
-    let mut buf = Vec::with_capacity(data.len() + meta_b.len() + 32);
-    buf.extend_from_slice(MAGIC);
-    buf.extend_from_slice(&VERSION.to_le_bytes());
-    buf.extend_from_slice(&(meta_b.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&meta_b);
-    buf.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    buf.extend_from_slice(data);
-    let crc = crc32fast::hash(&buf);
-    buf.extend_from_slice(&crc.to_le_bytes());
+    let mut head = Vec::with_capacity(meta_b.len() + 32);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&VERSION.to_le_bytes());
+    head.extend_from_slice(&(meta_b.len() as u32).to_le_bytes());
+    head.extend_from_slice(&meta_b);
+    head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&head);
+    crc.update(data);
 
     let name = file_name(meta);
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
     let mut f = File::create(&tmp)?;
-    f.write_all(&buf)?;
+    f.write_all(&head)?;
+    for part in data.chunks(SYNC_EVERY) {
+        f.write_all(part)?;
+        f.sync_data()?;
+    }
+    f.write_all(&crc.finalize().to_le_bytes())?;
     f.sync_all()?;
     drop(f);
     fs::rename(&tmp, &dst)?;
@@ -125,13 +135,31 @@ pub fn latest(dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError>
     }
 }
 
+/// Unlinks a big file after shrinking it [`SYNC_EVERY`] bytes at a time: freeing tens of MB
+/// at once (the file system discards the blocks) held the WAL's fdatasyncs up by 50-60 ms
+/// on this machine's disk, in steps by under 10 ms. Only old snapshots are removed this way;
+/// a crash midway leaves a short old file, which nothing reads (the newest one is used) and
+/// the next snapshot removes.
+fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
+    let f = fs::OpenOptions::new().write(true).open(path)?;
+    let mut len = f.metadata()?.len();
+    while len > 0 {
+        len = len.saturating_sub(SYNC_EVERY as u64);
+        f.set_len(len)?;
+        f.sync_data()?;
+    }
+    drop(f);
+    fs::remove_file(path)?;
+    Ok(())
+}
+
 /// Removes snapshots older than `meta`'s.
 pub fn remove_older(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
     let keep = dir.join(file_name(meta));
     let mut removed = false;
     for p in snapshot_files(dir)? {
         if p < keep {
-            fs::remove_file(&p)?;
+            remove_in_steps(&p)?;
             removed = true;
         }
     }

@@ -468,21 +468,34 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let shared = self.sm.shared.clone();
         let file_meta = meta.clone();
-        // All blocking, and the image's hold on compaction ends with the copy, on this
-        // thread: it does not wait for any async task.
-        let data = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, StoreError> {
+        // All blocking, and the image's hold on history deletion ends with the copy, on this
+        // thread: it does not wait for any async task. At a low priority (see `background`).
+        let data = super::background::run("snapshot", move || -> Result<Vec<u8>, StoreError> {
+            let t0 = std::time::Instant::now();
             let items = image.entries().collect::<Result<Vec<_>, _>>()?;
+            let t1 = std::time::Instant::now();
             let data = encode(&SnapshotPayload { items });
+            let t2 = std::time::Instant::now();
             // sled must be at least as new as the snapshot before openraft purges the log
             // below it (taking the image committed the pending buffer; this makes it durable).
             shared.db.flush()?;
+            let t3 = std::time::Instant::now();
             let _io = shared.snap_io.lock().unwrap();
             snapshot_file::write(&shared.snap_dir, &file_meta, &data)?;
             snapshot_file::remove_older(&shared.snap_dir, &file_meta)?;
+            let ms = |a: std::time::Instant, b: std::time::Instant| (b - a).as_millis() as u64;
+            tracing::info!(
+                index = file_meta.last_log_id.map_or(0, |l| l.index),
+                bytes = data.len(),
+                copy_ms = ms(t0, t1),
+                encode_ms = ms(t1, t2),
+                flush_ms = ms(t2, t3),
+                write_ms = ms(t3, std::time::Instant::now()),
+                "saved snapshot"
+            );
             Ok(data)
         })
-        .await
-        .map_err(io::Error::other)??;
+        .await??;
         Ok(Snapshot {
             meta,
             snapshot: data,

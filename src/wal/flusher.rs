@@ -189,6 +189,7 @@ impl Flusher {
     }
 
     fn purge_segments(&mut self, purge_to: u64) -> Result<(), WalError> {
+        let started = std::time::Instant::now();
         let mut removed = 0;
         // Oldest-first and stop at the first keeper: removing a later segment
         // while an older one survives could drop a TruncateAfter and
@@ -204,7 +205,12 @@ impl Flusher {
         }
         if removed > 0 {
             self.fs.sync_dir(&self.dir)?;
-            tracing::debug!(removed, purge_to, "wal: purged segments");
+            tracing::info!(
+                removed,
+                purge_to,
+                took_ms = started.elapsed().as_millis() as u64,
+                "wal: purged segments"
+            );
         }
         Ok(())
     }
