@@ -78,7 +78,7 @@ run_suite() {
 echo "output: $OUT" >&2
 : >"$RAW"; : >"$OUT/rss.tsv"
 start_cluster etcd "$ETCD_BIN" 23790 "$OUT"
-start_cluster kvd "$KVD_BIN" 33790 "$OUT"
+start_cluster kvd "$KVD_BIN" 27790 "$OUT"
 wait_leader etcd
 wait_leader kvd
 

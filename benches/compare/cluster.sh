@@ -21,6 +21,8 @@ cleanup() {
 }
 
 # start_cluster SYSTEM BIN BASEPORT DIR: members m0..m2, data dirs and logs in DIR.
+# Ports BASEPORT..BASEPORT+22. Callers keep them below 32768, Linux's ephemeral range: a
+# client connection's local port once took a member's and the member could not start.
 start_cluster() {
   local sys=$1 bin=$2 base=$3 dir=$4 ic="" i
   for i in 0 1 2; do

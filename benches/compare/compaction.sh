@@ -35,7 +35,7 @@ leader_changes() {
 one() {
   local sys=$1 round=$2
   local dir="$OUT/r$round-$sys"
-  fresh_cluster "$sys" "$dir" 26790 36790
+  fresh_cluster "$sys" "$dir" 26790 30790
   local ep=$EP
   local k=(--key-size 8 --val-size 256 --key-space-size "$KEYS")
   "$KVBENCH_BIN" --endpoints "$ep" --json put "${k[@]}" --clients 64 --conns 16 --total "$PUTS" >/dev/null

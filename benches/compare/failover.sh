@@ -88,7 +88,7 @@ one() {
 echo "output: $OUT" >&2
 : >"$RAW"
 start_cluster etcd "$ETCD_BIN" 25790 "$OUT"
-start_cluster kvd "$KVD_BIN" 35790 "$OUT"
+start_cluster kvd "$KVD_BIN" 29790 "$OUT"
 wait_leader etcd
 wait_leader kvd
 sleep 2

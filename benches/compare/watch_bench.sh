@@ -46,7 +46,7 @@ KEYS=(--key-size 8 --val-size 256 --key-space-size "$KEYSPACE")
 one() {
   local sys=$1 round=$2
   local dir="$OUT/r$round-$sys"
-  fresh_cluster "$sys" "$dir" 24790 34790
+  fresh_cluster "$sys" "$dir" 24790 28790
   local l=$LEADER ep=$EP
   "$KVBENCH_BIN" --endpoints "$ep" --json put "${KEYS[@]}" --clients "$CLIENTS" \
     --conns "$PCONNS" --total "$WARMUP" >/dev/null
