@@ -6,10 +6,12 @@
 //! a hot key would make each write O(its history).
 //!
 //! # Invariants
-//! - Only the single applier mutates the index, in place, before its batch commits. That
-//!   is safe for concurrent readers because they read at a revision `<= current`, and
-//!   mutations only append revisions newer than `current` or (compaction) drop revisions
-//!   below the compacted revision, which is published before the mutation.
+//! - Two writers, each key under the write lock: the single applier, which appends
+//!   revisions newer than `current` (or undoes its own appends), and the background
+//!   compaction ([`MemIndex::compact`]), which drops revisions at or below the compacted
+//!   revision, published long before. That is safe for concurrent readers, which read at
+//!   revisions between the two, and the writers touch disjoint revisions of a key: a key
+//!   compaction removes whole is not live, and the applier only tombstones live keys.
 //! - Callbacks passed to [`MemIndex::scan`] run under the read lock and must not call
 //!   back into the index.
 
