@@ -6,8 +6,9 @@
 #
 # Usage: benches/compare/compaction.sh [out-dir]
 # Env:   ROUNDS (1) PUTS (200000) KEYS (50000) COMPACT (1; 0 = the same run without the
-#        Compact call, the baseline the latencies compare with) KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR
-#        or target, release/) ETCD_BIN (etcd) ETCDCTL (etcdctl) SKIP_BUILD=1
+#        Compact call, the baseline the latencies compare with) KVD_BIN KVBENCH_BIN
+#        (default: $CARGO_TARGET_DIR or target, release/) ETCD_BIN (etcd) ETCDCTL (etcdctl)
+#        SKIP_BUILD=1
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

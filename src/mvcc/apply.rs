@@ -156,8 +156,8 @@ impl<'a> Batch<'a> {
         self.undo.push(Undo::IdxPush(key.to_vec()));
     }
 
-    fn set_rev(&mut self, rev: Revision, rec: Option<&Record>) {
-        let old = self.rev.insert(rev, rec.map(Record::encode));
+    fn set_rev(&mut self, rev: Revision, rec: &Record) {
+        let old = self.rev.insert(rev, Some(rec.encode()));
         self.undo.push(Undo::Rev(rev, old));
     }
 
@@ -333,10 +333,10 @@ impl<'a> Batch<'a> {
         self.push_idx(&req.key, rev, false);
         self.set_rev(
             rev,
-            Some(&Record {
+            &Record {
                 kv,
                 tombstone: false,
-            }),
+            },
         );
         Ok(PutResponse {
             header: header(rev.main),
@@ -372,14 +372,14 @@ impl<'a> Batch<'a> {
             self.push_idx(&k, rev, true);
             self.set_rev(
                 rev,
-                Some(&Record {
+                &Record {
                     kv: KeyValue {
                         key: k,
                         mod_revision: rev.main,
                         ..Default::default()
                     },
                     tombstone: true,
-                }),
+                },
             );
         }
         Ok(DeleteRangeResponse {

@@ -193,6 +193,32 @@ mod tests {
         );
     }
 
+    /// Files bigger than one step are written and removed in several.
+    #[test]
+    fn big_snapshots_round_trip_and_older_ones_are_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..SYNC_EVERY * 2 + 123).map(|i| (i % 251) as u8).collect();
+        let older = SnapshotMeta {
+            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
+                1, 1, 7,
+            )),
+            ..Default::default()
+        };
+        let newer = SnapshotMeta {
+            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
+                1, 1, 9,
+            )),
+            ..Default::default()
+        };
+        let old_path = write(d.path(), &older, &data).unwrap();
+        let new_path = write(d.path(), &newer, &data[1..]).unwrap();
+        remove_older(d.path(), &newer).unwrap();
+        assert!(!old_path.exists());
+        let (m, got) = read(&new_path).unwrap();
+        assert_eq!((m, got.as_slice()), (newer, &data[1..]));
+        assert_eq!(latest(d.path()).unwrap().unwrap().1, new_path);
+    }
+
     #[test]
     fn temporaries_are_cleaned_only_on_request() {
         let d = tempfile::tempdir().unwrap();
