@@ -469,3 +469,124 @@ async fn range_header_revision_is_the_revision_read_at() {
     }
     assert!(checked > 20, "only {checked} reads in 4 s");
 }
+
+/// The keys under `c/` at `revision` (0: latest), read from that member's own store.
+async fn listing_at(
+    kv: &mut kvd::proto::etcdserverpb::kv_client::KvClient<tonic::transport::Channel>,
+    revision: i64,
+) -> Result<Vec<(String, String, i64)>, tonic::Status> {
+    let r = kv
+        .range(RangeRequest {
+            key: "c/".into(),
+            range_end: "c0".into(),
+            revision,
+            serializable: true,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(r.kvs
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                String::from_utf8_lossy(&kv.value).into_owned(),
+                kv.mod_revision,
+            )
+        })
+        .collect())
+}
+
+/// A compaction deletes the old history in the background after it is acknowledged. Killing
+/// every member right after it (kill -9, so the deletion, or even the commit that records the
+/// compaction in sled, is cut short) must leave each member, once restarted, serving the same
+/// answers at every revision from the compacted one on, and refusing older revisions as
+/// compacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_cut_short_by_killing_every_member_keeps_the_history_above_it() {
+    let mut c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(20)).await;
+    // 2,000 puts over 100 keys: about 1,900 revisions become garbage at the compaction.
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let mut kv = c.kv(leader).await;
+        tasks.push(tokio::spawn(async move {
+            for i in 0..250 {
+                let n = t * 250 + i;
+                put(&mut kv, &format!("c/{:03}", n % 100), &format!("v{n}"))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut kv = c.kv(leader).await;
+    let compact_at = put(&mut kv, "c/marker", "at").await.unwrap();
+    let mut later = 0;
+    for n in 0..50 {
+        later = put(&mut kv, &format!("c/{:03}", n * 2), &format!("w{n}"))
+            .await
+            .unwrap();
+    }
+    let revs = [compact_at, compact_at + 25, later];
+    let mut expected = Vec::new();
+    for &r in &revs {
+        expected.push(listing_at(&mut kv, r).await.unwrap());
+    }
+    assert_eq!(expected[0].len(), 101);
+
+    kv.compact(kvd::proto::etcdserverpb::CompactionRequest {
+        revision: compact_at,
+        physical: false,
+    })
+    .await
+    .unwrap();
+    for i in 0..3 {
+        c.kill(i);
+    }
+    for i in 0..3 {
+        c.spawn(i);
+    }
+    let leader = c.wait_for_leader(Duration::from_secs(20)).await;
+    // Logged after the compaction: a member that has applied it has applied the compaction.
+    let mut kv = c.kv(leader).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let fin = loop {
+        match put(&mut kv, "c/after", "x").await {
+            Ok(r) => break r,
+            Err(e) if std::time::Instant::now() > deadline => panic!("put after restart: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+
+    for i in 0..3 {
+        let mut kv = c.kv(i).await;
+        // A restarted member re-applies its log after it answers; wait until it has caught up.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !listing_at(&mut kv, 0)
+            .await
+            .is_ok_and(|l| l.iter().any(|(k, _, r)| k == "c/after" && *r == fin))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "member {i} did not catch up"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for (r, want) in revs.iter().zip(&expected) {
+            assert_eq!(
+                &listing_at(&mut kv, *r).await.unwrap(),
+                want,
+                "member {i} at revision {r}"
+            );
+        }
+        let e = listing_at(&mut kv, compact_at - 1).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::OutOfRange, "member {i}: {e:?}");
+        assert_eq!(
+            e.message(),
+            "etcdserver: mvcc: required revision has been compacted"
+        );
+    }
+}
