@@ -58,10 +58,15 @@ fn runtime(worker_threads: usize) -> tokio::runtime::Runtime {
         b.disable_lifo_slot();
     }
     let rt = b.build().expect("tokio runtime");
-    tracing::debug!(
-        worker_threads,
-        lifo_slot = lifo || cfg!(not(tokio_unstable)),
-        "runtime started"
-    );
+    if cfg!(not(tokio_unstable)) {
+        tracing::warn!(
+            "built without --cfg tokio_unstable (a RUSTFLAGS variable replaces \
+             .cargo/config.toml): tokio's LIFO slot stays on and puts under load are slower; \
+             see docs/operations.md"
+        );
+    } else if lifo {
+        tracing::info!("KVD_TOKIO_LIFO_SLOT=on: tokio's LIFO slot stays on");
+    }
+    tracing::debug!(worker_threads, "runtime started");
     rt
 }
