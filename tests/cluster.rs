@@ -126,12 +126,7 @@ async fn restart_of_whole_cluster_keeps_data() {
             .await
             .unwrap();
     }
-    for i in 0..3 {
-        c.kill(i);
-    }
-    for i in 0..3 {
-        c.spawn(i);
-    }
+    c.kill_all_and_restart();
     c.wait_for_leader(Duration::from_secs(20)).await;
     let mut kv = c.kv(1).await;
     for i in 0..50 {
@@ -543,12 +538,7 @@ async fn compaction_cut_short_by_killing_every_member_keeps_the_history_above_it
     })
     .await
     .unwrap();
-    for i in 0..3 {
-        c.kill(i);
-    }
-    for i in 0..3 {
-        c.spawn(i);
-    }
+    c.kill_all_and_restart();
     let leader = c.wait_for_leader(Duration::from_secs(20)).await;
     // Logged after the compaction: a member that has applied it has applied the compaction.
     let mut kv = c.kv(leader).await;

@@ -236,6 +236,16 @@ impl Cluster {
         }
     }
 
+    /// kill -9 of every member, then all restart on their data dirs (a whole-cluster crash).
+    pub fn kill_all_and_restart(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        for i in 0..self.members.len() {
+            self.spawn(i);
+        }
+    }
+
     /// kill -9.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].child.take() {
