@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // prost's decoder has no recursion limit in kvd; this codec bounds nesting first.
+        .codec_path("crate::proto::codec::KvdCodec")
         .compile_fds(fds)?;
     // grpc-gateway v1 (etcd 3.4/3.5) marshals with OrigName: `create_revision`, not
     // `createRevision`; its decoder ignores fields it does not know.

@@ -51,7 +51,12 @@ fn main() {
 /// runs.
 fn runtime(worker_threads: usize) -> tokio::runtime::Runtime {
     let mut b = tokio::runtime::Builder::new_multi_thread();
-    b.worker_threads(worker_threads).enable_all();
+    // Decoding, validating and applying a txn nested as deep as etcd allows recurses a few
+    // hundred levels (kvd::proto::depth bounds it); 8 MiB leaves a wide margin over tokio's
+    // 2 MiB default. Untouched stack pages cost no memory.
+    b.worker_threads(worker_threads)
+        .thread_stack_size(8 << 20)
+        .enable_all();
     let lifo = std::env::var("KVD_TOKIO_LIFO_SLOT").is_ok_and(|v| v == "on");
     #[cfg(tokio_unstable)]
     if !lifo {

@@ -34,10 +34,11 @@ use super::error::StoreError;
 use super::log_store::{decode, encode};
 use super::snapshot_file;
 use super::types::{
-    CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
+    Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use crate::lease::Lessor;
 use crate::mvcc::{MvccStore, WriteRequest, WriteResponse};
+use crate::proto::depth;
 use crate::proto::kvdpb::{
     internal_request, internal_response, InternalRequest, InternalResponse, MemberAttributes,
 };
@@ -243,7 +244,35 @@ impl StateMachine {
     }
 }
 
-/// Decodes and applies one batch of normal entries' requests.
+/// What applying one entry answers its proposer.
+enum Slot {
+    /// Nothing to apply (blank, membership, publish): the current revision.
+    Empty,
+    /// The result of `reqs[i]`.
+    Request(usize),
+    /// The command did not decode.
+    Undecodable,
+}
+
+/// The answer to a proposer whose entry did not decode. Requests are validated (and their
+/// nesting bounded) before they are proposed, so this is reached only by an entry written by a
+/// member with other rules, or damaged in a way its checksum missed.
+const UNDECODABLE_ENTRY: &str = "etcdserver: request could not be applied: undecodable log entry";
+
+/// Decodes a log entry's command with the bound every member applies ([`depth::LOG_LIMIT`]).
+///
+/// A failure is part of the replicated outcome, not a storage error: the entry is committed on
+/// a quorum, so stopping the member would stop it again on every restart, and every member,
+/// since each decodes the same bytes the same way. Such an entry is applied as a no-op that
+/// answers its proposer with an error, as a write a txn compare rejects changes nothing.
+fn decode_command(cmd: &Command) -> Result<InternalRequest, String> {
+    if !depth::within(&cmd.0, depth::LOG_LIMIT) {
+        return Err(format!("nested deeper than {} levels", depth::LOG_LIMIT));
+    }
+    InternalRequest::decode(cmd.0.clone()).map_err(|e| e.to_string())
+}
+
+/// Maps a decoded request to the MVCC write it applies, if any.
 fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
     use internal_request::Request as R;
     match req.request? {
@@ -303,19 +332,29 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(());
         };
 
-        // Which write request (if any) each entry maps to.
+        // What each entry's proposer is answered: nothing to apply, a write request's result,
+        // or the refusal of a command that does not decode.
         let mut reqs = Vec::new();
-        let mut slots: Vec<Option<usize>> = Vec::with_capacity(batch.len());
+        let mut slots: Vec<Slot> = Vec::with_capacity(batch.len());
         let mut meta = Vec::new();
         let mut membership: Option<StoredMembership> = None;
         for (entry, _) in &batch {
-            let mut slot = None;
+            let mut slot = Slot::Empty;
             match &entry.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(cmd) => {
-                    let req = InternalRequest::decode(cmd.0.clone()).map_err(|e| {
-                        io::Error::other(format!("entry {}: bad command: {e}", entry.log_id()))
-                    })?;
+                    let req = match decode_command(cmd) {
+                        Ok(req) => req,
+                        Err(e) => {
+                            tracing::error!(
+                                entry = %entry.log_id(),
+                                "skipping a log entry that does not decode ({e}); every member \
+                                 skips it"
+                            );
+                            slots.push(Slot::Undecodable);
+                            continue;
+                        }
+                    };
                     if let Some(internal_request::Request::Publish(MemberAttributes {
                         member_id,
                         name,
@@ -329,7 +368,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         let key = format!("{META_MEMBER_PREFIX}{member_id:016x}");
                         meta.push((key.into_bytes(), Some(encode(&attrs))));
                     } else if let Some(w) = to_write_request(req) {
-                        slot = Some(reqs.len());
+                        slot = Slot::Request(reqs.len());
                         reqs.push(w);
                     }
                 }
@@ -371,11 +410,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for ((_, responder), slot) in batch.into_iter().zip(slots) {
             let Some(responder) = responder else { continue };
             let resp = match slot {
-                None => InternalResponse {
+                Slot::Empty => InternalResponse {
                     response: None,
                     revision: current,
                 },
-                Some(i) => match std::mem::replace(
+                Slot::Undecodable => InternalResponse {
+                    response: Some(internal_response::Response::Error(
+                        UNDECODABLE_ENTRY.to_string(),
+                    )),
+                    revision: current,
+                },
+                Slot::Request(i) => match std::mem::replace(
                     &mut results[i],
                     Err(crate::mvcc::MvccError::Storage(String::new())),
                 ) {
@@ -512,3 +557,7 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
         _ => f(),
     }
 }
+
+#[cfg(test)]
+#[path = "apply_tests.rs"]
+mod apply_tests;
