@@ -270,6 +270,21 @@ async fn kv_calls_and_their_errors() {
         .await;
     assert_eq!(status, 400);
     unary_error(&e, 3, "etcdserver: request is too large");
+    // Over the transport's limit: etcd's gateway gets grpc-go's refusal, 429 and code 8,
+    // for a body the gateway decodes and for one announced larger than it reads.
+    for n in [2_200_000, 5_000_000] {
+        let big = B64.encode(vec![b'x'; n]);
+        let (status, e) = gl
+            .post("/v3/kv/put", json!({"key": b64("big"), "value": big}))
+            .await;
+        assert_eq!((status, &e["code"]), (429, &json!(8)), "{n} bytes: {e}");
+        let msg = e["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("grpc: received message larger than max (")
+                && msg.ends_with(" vs. 2097152)"),
+            "{msg}"
+        );
+    }
     let v = B64.encode(vec![b'y'; 1_000_000]);
     gl.ok("/v3/kv/put", json!({"key": b64("big"), "value": v}))
         .await;

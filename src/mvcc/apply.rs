@@ -231,7 +231,7 @@ impl<'a> Batch<'a> {
     /// applies the same lease.
     fn lease_grant(&mut self, req: &LeaseGrantRequest) -> Result<LeaseGrantResponse, MvccError> {
         if req.id == 0 {
-            return Err(MvccError::Storage("lease grant without an id".into()));
+            return Err(MvccError::NoLeaseId);
         }
         if self.lease_ttl(req.id)?.is_some() {
             return Err(MvccError::LeaseExists);

@@ -36,6 +36,10 @@ pub enum MvccError {
     /// A grant with the id of an existing lease.
     #[error("etcdserver: lease already exists")]
     LeaseExists,
+    /// A lease grant that reached the store without the id its proposer must choose: refused
+    /// as a request, never a storage failure that would stop the member.
+    #[error("etcdserver: lease grant without an id")]
+    NoLeaseId,
     /// Unknown sort order or sort target.
     #[error("etcdserver: invalid sort option")]
     InvalidSortOption,

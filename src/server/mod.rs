@@ -368,8 +368,7 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         ))
         .layer(crate::metrics::GrpcMetricsLayer);
     Routes::from(
-        // JSON carries bytes as base64 (4/3 larger) plus field names and quotes.
-        grpc.merge(gateway::router(services.clone(), node.clone(), 2 * max_msg))
+        grpc.merge(gateway::router(services.clone(), node.clone(), max_msg))
             .fallback(gateway::not_found),
     )
 }

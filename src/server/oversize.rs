@@ -18,9 +18,24 @@ fn etcd_message(msg: &str) -> Option<String> {
     let (found, rest) = rest.split_once(" bytes, the limit is: ")?;
     let limit = rest.strip_suffix(" bytes")?;
     let (found, limit): (u64, u64) = (found.parse().ok()?, limit.parse().ok()?);
-    Some(format!(
-        "grpc: received message larger than max ({found} vs. {limit})"
-    ))
+    Some(too_large(found, limit).message().to_string())
+}
+
+/// grpc-go's status for a message of `found` bytes over a transport limit of `limit`.
+pub fn too_large(found: u64, limit: u64) -> Status {
+    Status::new(
+        Code::ResourceExhausted,
+        format!("grpc: received message larger than max ({found} vs. {limit})"),
+    )
+}
+
+/// etcd's status for `s` if it is tonic's size refusal (the JSON gateway, which calls the
+/// services in process, sees tonic's status before any response head exists).
+pub fn etcd_status(s: &Status) -> Option<Status> {
+    if s.code() != Code::OutOfRange {
+        return None;
+    }
+    etcd_message(s.message()).map(|m| Status::new(Code::ResourceExhausted, m))
 }
 
 /// Rewrites `headers` in place if they carry tonic's size refusal.
@@ -28,12 +43,9 @@ fn rewrite(headers: &mut http::HeaderMap) {
     let Some(s) = Status::from_header_map(headers) else {
         return;
     };
-    if s.code() != Code::OutOfRange {
-        return;
-    }
-    if let Some(m) = etcd_message(s.message()) {
+    if let Some(etcd) = etcd_status(&s) {
         // Only grpc-status and grpc-message change; a failure to encode leaves tonic's status.
-        let _ = Status::new(Code::ResourceExhausted, m).add_header(headers);
+        let _ = etcd.add_header(headers);
     }
 }
 

@@ -166,9 +166,12 @@ fn calls() -> Vec<(&'static str, Route)> {
 }
 
 /// The gateway's routes, to be merged with the gRPC routes on a client listener.
-/// `max_body` bounds a unary request body (axum's own default, 2 MiB, is below what a
-/// maximal put needs once its value is base64 in JSON).
-pub fn router(services: Services, node: RaftNode, max_body: usize) -> Router {
+/// `max_msg` is the gRPC transport's message limit. A unary body may be twice that: JSON
+/// carries bytes as base64 (4/3 larger) plus field names and quotes, and a message the
+/// transport refuses is best refused there, with its exact size. A body announced larger is
+/// refused before it is read, with the same status.
+pub fn router(services: Services, node: RaftNode, max_msg: usize) -> Router {
+    let max_body = 2 * max_msg;
     let mut r = Router::new();
     for prefix in ["/v3", "/v3beta"] {
         for (path, route) in calls() {
@@ -182,9 +185,34 @@ pub fn router(services: Services, node: RaftNode, max_body: usize) -> Router {
     }
     r.route("/version", get(version))
         .route("/health", get(health))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            refuse_oversized(req, next, max_body, max_msg)
+        }))
         .layer(axum::middleware::from_fn(cors))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(Arc::new(Gateway { services, node }))
+}
+
+/// etcd's gateway hands any body to its gRPC client, whose transport refuses a message
+/// over the limit with 429 and grpc-go's ResourceExhausted; a body announced above `max_body`
+/// gets that answer here, with the body's own length standing in for the message's.
+async fn refuse_oversized(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+    max_body: usize,
+    max_msg: usize,
+) -> Response {
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match announced {
+        Some(len) if len > max_body as u64 => {
+            json::unary_error(&crate::server::oversize::too_large(len, max_msg as u64))
+        }
+        _ => next.run(req).await,
+    }
 }
 
 /// etcd's default CORS handling of its HTTP endpoints: every answer allows any origin, and a
