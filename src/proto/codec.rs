@@ -4,7 +4,8 @@
 //! A request nested deeper than [`super::depth::REQUEST_LIMIT`] never reaches prost: a
 //! `TxnRequest` gets etcd's answer for a txn beyond its operation budget (InvalidArgument,
 //! "etcdserver: too many operations in txn request"), any other message the status a
-//! malformed message gets.
+//! malformed message gets. A member URL that is not UTF-8 gets etcd's "given member URLs are
+//! invalid", not a decode failure.
 
 use std::any::TypeId;
 use std::marker::PhantomData;
@@ -15,7 +16,7 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
 use super::depth;
-use super::etcdserverpb::TxnRequest;
+use super::etcdserverpb::{MemberAddRequest, MemberUpdateRequest, TxnRequest};
 
 /// etcd's status for a txn whose nesting exceeds its operation budget.
 const TOO_MANY_OPS: &str = "etcdserver: too many operations in txn request";
@@ -81,11 +82,44 @@ impl<U: Message + Default + 'static> Decoder for KvdDecoder<U> {
         if !depth::within(data, depth::REQUEST_LIMIT) {
             return Err(too_deep::<U>());
         }
-        let msg = U::decode(data).map_err(|e| Status::internal(e.to_string()))?;
+        let msg = U::decode(data).map_err(|e| undecodable::<U>(data, e))?;
         let n = buf.remaining();
         buf.advance(n);
         Ok(Some(msg))
     }
+}
+
+/// etcd's answer for a message that does not decode. Go does not check that proto3 strings
+/// are UTF-8, so etcd sees a member URL that is not as an invalid URL; prost refuses the
+/// whole message. Such a message decodes as [`LenientMemberAdd`] / [`LenientMemberUpdate`].
+fn undecodable<U: 'static>(data: &[u8], e: prost::DecodeError) -> Status {
+    let id = TypeId::of::<U>();
+    let bad_urls = (id == TypeId::of::<MemberAddRequest>()
+        && LenientMemberAdd::decode(data).is_ok())
+        || (id == TypeId::of::<MemberUpdateRequest>() && LenientMemberUpdate::decode(data).is_ok());
+    if bad_urls {
+        Status::invalid_argument("etcdserver: given member URLs are invalid")
+    } else {
+        Status::internal(e.to_string())
+    }
+}
+
+/// `MemberAddRequest` with its URLs as bytes.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LenientMemberAdd {
+    #[prost(bytes = "vec", repeated, tag = "1")]
+    peer_urls: Vec<Vec<u8>>,
+    #[prost(bool, tag = "2")]
+    is_learner: bool,
+}
+
+/// `MemberUpdateRequest` with its URLs as bytes.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LenientMemberUpdate {
+    #[prost(uint64, tag = "1")]
+    id: u64,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    peer_urls: Vec<Vec<u8>>,
 }
 
 fn too_deep<U: 'static>() -> Status {
@@ -93,5 +127,39 @@ fn too_deep<U: 'static>() -> Status {
         Status::invalid_argument(TOO_MANY_OPS)
     } else {
         Status::internal("failed to decode Protobuf message: nested too deeply")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_as<U: Message + Default + 'static>(data: &[u8]) -> Result<U, Status> {
+        U::decode(data).map_err(|e| undecodable::<U>(data, e))
+    }
+
+    #[test]
+    fn a_member_url_that_is_not_utf8_is_an_invalid_url() {
+        // MemberAddRequest { peerURLs: ["\xff"] }
+        let bad = [0x0a, 0x01, 0xff];
+        for s in [
+            decode_as::<MemberAddRequest>(&bad).unwrap_err(),
+            decode_as::<MemberUpdateRequest>(&[0x08, 0x05, 0x12, 0x01, 0xff]).unwrap_err(),
+        ] {
+            assert_eq!(
+                (s.code(), s.message()),
+                (
+                    tonic::Code::InvalidArgument,
+                    "etcdserver: given member URLs are invalid"
+                )
+            );
+        }
+        // A truncated frame stays a decode failure.
+        let s = decode_as::<MemberAddRequest>(&[0x0a, 0x05, b'h']).unwrap_err();
+        assert_eq!(s.code(), tonic::Code::Internal);
+        assert_eq!(
+            too_deep::<TxnRequest>().message(),
+            "etcdserver: too many operations in txn request"
+        );
     }
 }
