@@ -36,7 +36,7 @@ fn fill(sm: &StateMachine, prefix: &str, keys: usize, lease: i64, index: u64, me
         WriteRequest::Put(PutRequest {
             key: format!("{prefix}{i:05}").into_bytes(),
             value: format!("{v}{i}").into_bytes(),
-            lease: if i % 3 == 0 { lease } else { 0 },
+            lease: if i.is_multiple_of(3) { lease } else { 0 },
             ..Default::default()
         })
     };
