@@ -174,6 +174,7 @@ async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
             );
         }
     }
+    eprintln!("install crashed and was repaired at each of {crashes} steps");
     assert!(crashes >= 6, "only {crashes} crash points");
 }
 
@@ -229,12 +230,15 @@ async fn reads_during_an_install_see_the_old_state_or_the_new_one() {
         })
     };
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let t0 = std::time::Instant::now();
     sm.install_snapshot(&snap.meta, snap.snapshot.clone())
         .await
         .unwrap();
+    let took = t0.elapsed();
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let (reads, mixed) = reader.await.unwrap();
+    eprintln!("{reads} reads, {mixed} mixed; the install took {took:?}");
     assert!(reads > 0);
     assert_eq!(
         mixed, 0,

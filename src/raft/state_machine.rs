@@ -13,9 +13,14 @@
 //!   below it right after.
 //! - The lessor (in-memory lease expiries) hears of a batch's grants and revokes after the
 //!   batch commits and before any of its proposers is answered.
-//! - Installing a snapshot is crash-safe: the snapshot file is durable first, an "installing"
-//!   marker is flushed to sled, then the trees are replaced; a restart that finds the marker
-//!   (or a sled older than the newest snapshot) reinstalls from the file.
+//! - Installing a snapshot is crash-safe: the payload is decoded and checked first (only a
+//!   loadable snapshot becomes the newest file), the file is durable next, then the trees are
+//!   replaced by `MvccStore::load`, which keeps its own marker until its last write (the meta
+//!   tree with last-applied and membership); a restart that finds the marker (or a sled older
+//!   than the newest snapshot) reinstalls from the file.
+//! - Snapshot files are written and removed under `snap_io` only (builds and installs).
+//! - Readers through the state machine's read methods never see a half-installed snapshot:
+//!   an install holds `install_gate` for writing from start to end.
 
 use std::io;
 use std::path::{Path, PathBuf};
