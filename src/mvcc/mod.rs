@@ -49,9 +49,11 @@
 mod apply;
 mod check;
 mod error;
+pub(crate) mod failpoint;
 mod garbage;
 mod gosort;
 mod index;
+mod load;
 mod mem_index;
 mod pending;
 mod view;
@@ -71,6 +73,7 @@ use std::time::{Duration, Instant};
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
 pub use error::MvccError;
 pub use index::Revision;
+pub use load::check_entries;
 
 use apply::Batch;
 use index::{Query, Record};
@@ -682,34 +685,6 @@ impl MvccStore {
         failed
             .into_iter()
             .chain(image.into_iter().flat_map(Image::entries))
-    }
-
-    /// Replaces the whole store content with `entries` (as produced by [`Self::dump`]).
-    /// Not crash-atomic: a crash midway leaves a partial store, so the caller must
-    /// record snapshot installation in its own durable state and redo it on restart.
-    /// Concurrent reads during a load may see partial data.
-    pub fn load<I>(&self, entries: I) -> Result<(), MvccError>
-    where
-        I: IntoIterator<Item = (String, Vec<u8>, Vec<u8>)>,
-    {
-        let i = &self.inner;
-        let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let _no_images = exclude_images(&i.history_gate);
-        i.pending.clear();
-        i.rev.clear()?;
-        i.meta.clear()?;
-        i.lease.clear()?;
-        for (tree, k, v) in entries {
-            let t = match tree.as_str() {
-                REV_TREE => &i.rev,
-                LEGACY_IDX_TREE => continue,
-                META_TREE => &i.meta,
-                LEASE_TREE => &i.lease,
-                other => return Err(MvccError::Storage(format!("unknown tree {other:?}"))),
-            };
-            t.insert(k, v)?;
-        }
-        self.rebuild_index()
     }
 
     /// The granted TTL of lease `id`, if the lease exists.

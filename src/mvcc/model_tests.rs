@@ -615,7 +615,7 @@ fn run_seed(seed: u64, steps: usize) {
     let (_db2, s2) = open(dir2.path());
     s2.apply(&[WriteRequest::Put(gen_put(&mut rng))], &[])
         .unwrap();
-    s2.load(s.dump().map(Result::unwrap)).unwrap();
+    s2.load(s.dump().map(Result::unwrap), &[]).unwrap();
     assert_eq!(s2.current_revision(), m.cur());
     assert_eq!(s2.compacted_revision(), m.compacted);
     check_all_revisions(&s2, &m, &format!("seed {seed} after load"));

@@ -756,7 +756,7 @@ fn reopen_and_snapshot_roundtrip() {
 
     let (_d2, _db2, s2) = temp_store();
     put(&s2, "junk", "x");
-    s2.load(dump).unwrap();
+    s2.load(dump, &[]).unwrap();
     assert_eq!((s2.current_revision(), s2.compacted_revision()), (3, 2));
     assert_eq!(get(&s2, "junk"), None);
     assert_eq!(get(&s2, "a").unwrap().version, 2);
@@ -789,7 +789,7 @@ fn image_is_the_state_when_taken_and_holds_off_compacted_deletes() {
     s.settle();
 
     let (_d2, _db2, s2) = temp_store();
-    s2.load(copied).unwrap();
+    s2.load(copied, &[]).unwrap();
     assert_eq!((s2.current_revision(), s2.compacted_revision()), (21, -1));
     assert_eq!(s2.get_at(b"k0", 6).unwrap().unwrap().value, b"0");
     assert_eq!(get(&s2, "k5"), None);
@@ -1124,7 +1124,7 @@ fn a_batch_sees_its_own_grants_and_revokes() {
     one(&s, grant(4, 7)).unwrap();
     let dump: Vec<_> = s.dump().collect::<Result<_, _>>().unwrap();
     let (_d2, _db2, s2) = temp_store();
-    s2.load(dump).unwrap();
+    s2.load(dump, &[]).unwrap();
     assert_eq!(s2.leases().unwrap(), vec![(4, 7)]);
 }
 

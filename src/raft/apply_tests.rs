@@ -40,15 +40,17 @@ async fn apply(sm: &mut StateMachine, cmds: Vec<Command>, first: u64) {
 }
 
 /// Opens the state machine again once the last handle's background threads let go of sled's
-/// lock (they end shortly after the handle is dropped).
-pub(super) fn reopen(dir: &Path) -> StateMachine {
+/// lock (they end shortly after the handle is dropped); the last error if it never opens.
+pub(super) fn reopen(dir: &Path) -> Result<StateMachine, StoreError> {
+    let mut last = None;
     for _ in 0..300 {
-        if let Ok(sm) = StateMachine::open(dir) {
-            return sm;
+        match StateMachine::open(dir) {
+            Ok(sm) => return Ok(sm),
+            Err(e) => last = Some(e),
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    StateMachine::open(dir).expect("reopen the state machine")
+    Err(last.expect("tried"))
 }
 
 fn keys(sm: &StateMachine) -> Vec<(Vec<u8>, i64)> {
@@ -91,7 +93,7 @@ async fn undecodable_entries_are_applied_as_no_ops_and_survive_a_restart() {
     sm.shared.mvcc.flush().unwrap();
     drop(sm);
 
-    let sm = reopen(dir.path());
+    let sm = reopen(dir.path()).expect("reopen");
     assert_eq!(sm.last_applied().unwrap().map(|l| l.index), Some(6));
     assert_eq!(
         keys(&sm),
@@ -293,7 +295,7 @@ mod fuzz {
         sm.shared.mvcc.flush().unwrap();
         let applied = sm.last_applied().unwrap();
         drop(sm);
-        let sm = reopen(dir.path());
+        let sm = reopen(dir.path()).expect("reopen");
         assert_eq!(sm.last_applied().unwrap(), applied, "seed {seed}");
     }
 

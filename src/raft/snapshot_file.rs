@@ -140,8 +140,14 @@ pub fn latest(dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError>
 /// on this machine's disk, in steps by under 10 ms. Only old snapshots are removed this way;
 /// a crash midway leaves a short old file, which nothing reads (the newest one is used) and
 /// the next snapshot removes.
+///
+/// A file that is gone already (removed by a concurrent removal) counts as removed.
 fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
-    let f = fs::OpenOptions::new().write(true).open(path)?;
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let f = match fs::OpenOptions::new().write(true).open(path) {
+        Err(e) if gone(&e) => return Ok(()),
+        r => r?,
+    };
     let mut len = f.metadata()?.len();
     while len > 0 {
         len = len.saturating_sub(SYNC_EVERY as u64);
@@ -149,8 +155,10 @@ fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
         f.sync_data()?;
     }
     drop(f);
-    fs::remove_file(path)?;
-    Ok(())
+    match fs::remove_file(path) {
+        Err(e) if gone(&e) => Ok(()),
+        r => Ok(r?),
+    }
 }
 
 /// Removes snapshots older than `meta`'s.
@@ -217,6 +225,39 @@ mod tests {
         let (m, got) = read(&new_path).unwrap();
         assert_eq!((m, got.as_slice()), (newer, &data[1..]));
         assert_eq!(latest(d.path()).unwrap().unwrap().1, new_path);
+    }
+
+    /// Two removals of the same old snapshots at once (a build and an install, each done
+    /// with its own snapshot) both succeed: a file the other one removed first is removed.
+    #[test]
+    fn concurrent_removals_of_the_same_old_snapshots_both_succeed() {
+        let shm = Path::new("/dev/shm");
+        let d = if shm.is_dir() {
+            tempfile::tempdir_in(shm).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let meta = |index| SnapshotMeta {
+            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
+                1, 1, index,
+            )),
+            ..Default::default()
+        };
+        for round in 0..200u64 {
+            for i in 0..8 {
+                fs::write(d.path().join(file_name(&meta(round * 10 + i))), b"old").unwrap();
+            }
+            let keep = meta(round * 10 + 7);
+            let (a, b) = std::thread::scope(|s| {
+                let a = s.spawn(|| remove_older(d.path(), &keep));
+                let b = s.spawn(|| remove_older(d.path(), &keep));
+                (a.join().unwrap(), b.join().unwrap())
+            });
+            a.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            b.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert_eq!(snapshot_files(d.path()).unwrap().len(), 1);
+        }
+        assert!(remove_in_steps(&d.path().join("gone.snap")).is_ok());
     }
 
     #[test]

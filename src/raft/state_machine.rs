@@ -13,9 +13,14 @@
 //!   below it right after.
 //! - The lessor (in-memory lease expiries) hears of a batch's grants and revokes after the
 //!   batch commits and before any of its proposers is answered.
-//! - Installing a snapshot is crash-safe: the snapshot file is durable first, an "installing"
-//!   marker is flushed to sled, then the trees are replaced; a restart that finds the marker
-//!   (or a sled older than the newest snapshot) reinstalls from the file.
+//! - Installing a snapshot is crash-safe: the payload is decoded and checked first (only a
+//!   loadable snapshot becomes the newest file), the file is durable next, then the trees are
+//!   replaced by `MvccStore::load`, which keeps its own marker until its last write (the meta
+//!   tree with last-applied and membership); a restart that finds the marker (or a sled older
+//!   than the newest snapshot) reinstalls from the file.
+//! - Snapshot files are written and removed under `snap_io` only (builds and installs).
+//! - Readers through the state machine's read methods never see a half-installed snapshot:
+//!   an install holds `install_gate` for writing from start to end.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -37,8 +42,10 @@ use super::types::{
     Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use crate::lease::Lessor;
-use crate::mvcc::{MvccStore, WriteRequest, WriteResponse};
+use crate::mvcc::failpoint::crash_point;
+use crate::mvcc::{MvccError, MvccStore, WriteRequest, WriteResponse};
 use crate::proto::depth;
+use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::proto::kvdpb::{
     internal_request, internal_response, InternalRequest, InternalResponse, MemberAttributes,
 };
@@ -73,6 +80,9 @@ pub struct SmShared {
     /// Serializes snapshot file I/O: a build, an install and a read of the newest snapshot
     /// may otherwise race (one removing the file another is about to read).
     snap_io: std::sync::Mutex<()>,
+    /// Held for writing by a snapshot install, for reading by the readers of the state
+    /// machine's methods: they see the state before the install or after it, never a mix.
+    install_gate: tokio::sync::RwLock<()>,
     applied_tx: watch::Sender<u64>,
     /// The leader's lease expiry bookkeeping; apply tells it about grants and revokes.
     pub lessor: Lessor,
@@ -103,6 +113,7 @@ impl StateMachine {
                 mvcc,
                 snap_dir,
                 snap_io: std::sync::Mutex::new(()),
+                install_gate: tokio::sync::RwLock::new(()),
                 lessor: Lessor::default(),
                 applied_tx,
                 revision_tx,
@@ -115,15 +126,22 @@ impl StateMachine {
     }
 
     fn repair_from_snapshot(&self) -> Result<(), StoreError> {
+        // The legacy marker: set by versions whose load did not keep its own.
+        let interrupted = self.shared.mvcc.load_interrupted()?
+            || self.shared.mvcc.get_meta(META_INSTALLING)?.is_some();
         let Some((meta, path)) = snapshot_file::latest(&self.shared.snap_dir)? else {
+            if interrupted {
+                // Only a roll back to empty loads without a snapshot file.
+                tracing::warn!("interrupted roll back of the state machine: redoing it");
+                return self.load_snapshot(&SnapshotMeta::default(), empty_payload());
+            }
             return Ok(());
         };
-        let installing = self.shared.mvcc.get_meta(META_INSTALLING)?.is_some();
         let applied = self.last_applied()?;
-        if installing || applied.map(|l| l.index) < meta.last_log_id.map(|l| l.index) {
-            tracing::warn!(snapshot = %path.display(), "state machine older than snapshot: reinstalling");
+        if interrupted || applied.map(|l| l.index) < meta.last_log_id.map(|l| l.index) {
+            tracing::warn!(snapshot = %path.display(), interrupted, "state machine older than snapshot: reinstalling");
             let data = snapshot_file::read(&path)?.1;
-            self.load_snapshot(&meta, &data)?;
+            self.load_snapshot(&meta, decode_payload(&data)?)?;
         }
         Ok(())
     }
@@ -159,12 +177,9 @@ impl StateMachine {
         match snapshot {
             Some((meta, path)) => {
                 let data = snapshot_file::read(&path)?.1;
-                self.load_snapshot(&meta, &data)
+                self.load_snapshot(&meta, decode_payload(&data)?)
             }
-            None => self.load_snapshot(
-                &SnapshotMeta::default(),
-                &encode(&SnapshotPayload { items: Vec::new() }),
-            ),
+            None => self.load_snapshot(&SnapshotMeta::default(), empty_payload()),
         }
     }
 
@@ -214,16 +229,48 @@ impl StateMachine {
         let _ = rx.wait_for(|&a| a >= index).await;
     }
 
-    fn load_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<(), StoreError> {
-        let payload: SnapshotPayload = decode("snapshot", data)?;
+    /// A range read of the state machine's key space (see `MvccStore::range`); never of a
+    /// half-installed snapshot.
+    pub async fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        let _installed = self.shared.install_gate.read().await;
+        self.shared.mvcc.range(req)
+    }
+
+    /// Every lease as (id, granted TTL) (see `MvccStore::leases`); never of a half-installed
+    /// snapshot.
+    pub async fn leases(&self) -> Result<Vec<(i64, i64)>, MvccError> {
+        let _installed = self.shared.install_gate.read().await;
+        self.shared.mvcc.leases()
+    }
+
+    /// History events (see `MvccStore::events_since`); never of a half-installed snapshot.
+    pub async fn events_since(
+        &self,
+        start_rev: i64,
+        key: &[u8],
+        range_end: &[u8],
+        prev_kv: bool,
+        limit: usize,
+    ) -> Result<crate::mvcc::Events, MvccError> {
+        let _installed = self.shared.install_gate.read().await;
+        self.shared
+            .mvcc
+            .events_since(start_rev, key, range_end, prev_kv, limit)
+    }
+
+    /// Replaces the state with `payload`, crash-atomically (see `MvccStore::load`): a crash
+    /// midway leaves a store that `open` reloads from the newest snapshot file.
+    fn load_snapshot(
+        &self,
+        meta: &SnapshotMeta,
+        payload: SnapshotPayload,
+    ) -> Result<(), StoreError> {
         let mvcc = &self.shared.mvcc;
-        mvcc.apply(&[], &[(META_INSTALLING.to_vec(), Some(b"1".to_vec()))])?;
-        mvcc.flush()?;
-        mvcc.load(payload.items)?;
-        // The dump carries the snapshot's own last-applied and membership; restate them from
-        // the meta in case the dump was taken by an older layout.
-        mvcc.apply(
-            &[],
+        // The dump carries the snapshot's own last-applied and membership; the meta's are
+        // written over them, with the load's last write, in case the dump was taken by an
+        // older layout.
+        mvcc.load(
+            payload.items,
             &[
                 (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
                 (
@@ -233,7 +280,6 @@ impl StateMachine {
                 (META_INSTALLING.to_vec(), None),
             ],
         )?;
-        mvcc.flush()?;
         self.shared.lessor.sync(&mvcc.leases()?);
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
@@ -242,6 +288,17 @@ impl StateMachine {
             .send_replace(mvcc.current_revision());
         Ok(())
     }
+}
+
+fn empty_payload() -> SnapshotPayload {
+    SnapshotPayload { items: Vec::new() }
+}
+
+/// Decodes a snapshot's data and checks that it can be loaded.
+fn decode_payload(data: &[u8]) -> Result<SnapshotPayload, StoreError> {
+    let payload: SnapshotPayload = decode("snapshot", data)?;
+    crate::mvcc::check_entries(&payload.items)?;
+    Ok(payload)
 }
 
 /// What applying one entry answers its proposer.
@@ -469,11 +526,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: Vec<u8>,
     ) -> Result<(), io::Error> {
+        // Readers wait for the end of the install rather than see a half-loaded store.
+        let _no_reads = self.shared.install_gate.write().await;
         // Writing a whole key space into sled takes seconds; the worker's other tasks (peer
         // and client connections, Raft's core) must not wait for it.
         blocking(|| -> Result<(), io::Error> {
+            // Before the file is written: as the newest snapshot, a file that cannot be
+            // loaded would fail every restart.
+            let payload = decode_payload(&snapshot)?;
+            // A build finishing now writes and removes snapshot files too.
+            let _io = self.shared.snap_io.lock().unwrap();
             snapshot_file::write(&self.shared.snap_dir, meta, &snapshot)?;
-            self.load_snapshot(meta, &snapshot)?;
+            crash_point(&self.shared.db).map_err(StoreError::from)?;
+            self.load_snapshot(meta, payload)?;
             snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
             Ok(())
         })
@@ -561,3 +626,7 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 #[cfg(test)]
 #[path = "apply_tests.rs"]
 mod apply_tests;
+
+#[cfg(test)]
+#[path = "install_tests.rs"]
+mod install_tests;

@@ -48,14 +48,7 @@ impl Kv for KvService {
         if !r.serializable {
             self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
         }
-        let mut resp = self
-            .ctx
-            .node
-            .sm
-            .shared
-            .mvcc
-            .range(&r)
-            .map_err(ApiError::from)?;
+        let mut resp = self.ctx.node.sm.range(&r).await.map_err(ApiError::from)?;
         // The revision the data was read at; the store may have moved on since.
         resp.header = self.ctx.header(resp.header.map_or(0, |h| h.revision));
         Ok(Response::new(resp))

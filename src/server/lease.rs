@@ -252,9 +252,8 @@ impl Lease for LeaseService {
             .ctx
             .node
             .sm
-            .shared
-            .mvcc
             .leases()
+            .await
             .map_err(ApiError::from)?
             .into_iter()
             .map(|(id, _)| LeaseStatus { id })

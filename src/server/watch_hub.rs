@@ -25,6 +25,7 @@ use tokio::sync::{broadcast, watch};
 use super::context::ServerCtx;
 use crate::mvcc::MvccError;
 use crate::proto::mvccpb::Event;
+use crate::raft::state_machine::StateMachine;
 
 /// Batches kept for streams that are behind.
 pub const HUB_BUFFER: usize = 256;
@@ -67,17 +68,17 @@ impl Hub {
     /// Starts the hub task; it ends when the store's revision channel closes or the hub is
     /// dropped.
     pub fn start(ctx: &ServerCtx) -> Arc<Hub> {
-        let mvcc = ctx.node.sm.shared.mvcc.clone();
+        let sm = ctx.node.sm.clone();
         let revision = ctx.node.sm.revision();
         let (tx, _) = broadcast::channel(HUB_BUFFER);
         let hub = Arc::new(Hub {
             state: Mutex::new(State {
-                frontier: mvcc.current_revision() + 1,
+                frontier: sm.shared.mvcc.current_revision() + 1,
                 tx: Some(tx),
             }),
             prev_kv_watchers: AtomicUsize::new(0),
         });
-        tokio::spawn(run(Arc::downgrade(&hub), mvcc, revision));
+        tokio::spawn(run(Arc::downgrade(&hub), sm, revision));
         hub
     }
 
@@ -112,17 +113,17 @@ impl Hub {
     }
 }
 
-async fn run(hub: Weak<Hub>, mvcc: crate::mvcc::MvccStore, mut revision: watch::Receiver<i64>) {
+async fn run(hub: Weak<Hub>, sm: StateMachine, mut revision: watch::Receiver<i64>) {
     loop {
         if revision.changed().await.is_err() {
             break;
         }
         let Some(hub) = hub.upgrade() else { return };
-        let cur = mvcc.current_revision();
+        let cur = sm.shared.mvcc.current_revision();
         let mut from = hub.frontier();
         while from <= cur {
             let prev_kv = hub.prev_kv_watchers.load(Ordering::Relaxed) > 0;
-            let batch = match mvcc.events_since(from, &[0], &[0], prev_kv, HUB_READ) {
+            let batch = match sm.events_since(from, &[0], &[0], prev_kv, HUB_READ).await {
                 // Never past `cur`: revisions applied since are the next pass's.
                 Ok(read) => Batch {
                     from,

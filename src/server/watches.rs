@@ -562,7 +562,13 @@ impl WatchStream {
                 continue;
             };
             let prev_kv = w.prev_kv.is_some();
-            match mvcc.events_since(w.next, &w.key, &w.range_end, prev_kv, EVENTS_PER_READ) {
+            let read = self
+                .ctx
+                .node
+                .sm
+                .events_since(w.next, &w.key, &w.range_end, prev_kv, EVENTS_PER_READ)
+                .await;
+            match read {
                 Ok(read) => {
                     w.next = read.next_revision;
                     let events: Vec<Event> =

@@ -1,0 +1,39 @@
+//! A test-only crash point for multi-step writes that must survive a crash at any step
+//! (a snapshot load, a snapshot install). Outside `cfg(test)` [`crash_point`] does nothing and
+//! compiles to nothing, so no release binary carries it.
+//!
+//! A test arms it with [`crash_after`]`(Some(n))`: the n-th crash point this thread reaches
+//! flushes sled, so that everything written up to there is durable (as sled's background
+//! flush may have made it before a real crash), and fails. The caller stops there as it would
+//! at a crash; the test drops the store and reopens it from the same directory.
+
+use super::MvccError;
+
+#[cfg(test)]
+thread_local! {
+    static LEFT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Arms (`Some(n)`: crash at the n-th point from now on this thread) or disarms the crash.
+#[cfg(test)]
+pub fn crash_after(n: Option<usize>) {
+    LEFT.with(|l| l.set(n));
+}
+
+/// A point where a crash must leave a state that reopening repairs.
+#[inline]
+pub fn crash_point(db: &sled::Db) -> Result<(), MvccError> {
+    #[cfg(test)]
+    match LEFT.with(|l| l.get()) {
+        Some(1) => {
+            LEFT.with(|l| l.set(None));
+            db.flush()?;
+            return Err(MvccError::Storage("injected crash".into()));
+        }
+        Some(n) => LEFT.with(|l| l.set(Some(n.saturating_sub(1)))),
+        None => {}
+    }
+    #[cfg(not(test))]
+    let _ = db;
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! Snapshot install under crashes and races: a crash at any step of an install leaves a
+//! state that reopening turns into the snapshot's (or the one before the install), an
+//! undecodable snapshot never becomes the newest file, and reads during an install see the
+//! old state or the new one, never a mix.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use openraft::storage::RaftStateMachine;
+
+use super::*;
+use crate::mvcc::failpoint::crash_after;
+use crate::proto::etcdserverpb::{LeaseGrantRequest, PutRequest, RangeRequest};
+use crate::raft::types::Membership;
+
+fn lid(index: u64) -> LogId {
+    openraft::testing::log_id::<TypeConfig>(2, 1, index)
+}
+
+fn membership(ids: &[NodeId], at: u64) -> StoredMembership {
+    let voters: BTreeSet<NodeId> = ids.iter().copied().collect();
+    StoredMembership::new(
+        Some(lid(at)),
+        Membership::new_with_defaults(vec![voters.clone()], voters),
+    )
+}
+
+/// Puts `keys` keys under `prefix` (every third one under lease `lease`), overwrites every
+/// second one, and records `index` as applied with `members` as the membership.
+fn fill(sm: &StateMachine, prefix: &str, keys: usize, lease: i64, index: u64, members: &[NodeId]) {
+    let mut reqs = vec![WriteRequest::LeaseGrant(LeaseGrantRequest {
+        id: lease,
+        ttl: 60 + lease,
+    })];
+    let put = |i: usize, v: &str| {
+        WriteRequest::Put(PutRequest {
+            key: format!("{prefix}{i:05}").into_bytes(),
+            value: format!("{v}{i}").into_bytes(),
+            lease: if i.is_multiple_of(3) { lease } else { 0 },
+            ..Default::default()
+        })
+    };
+    reqs.extend((0..keys).map(|i| put(i, "v")));
+    reqs.extend((0..keys).step_by(2).map(|i| put(i, "w")));
+    let meta = vec![
+        (META_LAST_APPLIED.to_vec(), Some(encode(&Some(lid(index))))),
+        (
+            META_MEMBERSHIP.to_vec(),
+            Some(encode(&membership(members, index - 1))),
+        ),
+    ];
+    for r in sm.shared.mvcc.apply(&reqs, &meta).unwrap() {
+        r.unwrap();
+    }
+    sm.shared.mvcc.flush().unwrap();
+}
+
+/// Everything a member serves from its state machine.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    revision: i64,
+    kvs: Vec<crate::proto::mvccpb::KeyValue>,
+    leases: Vec<(i64, i64)>,
+    applied: Option<LogId>,
+    membership: StoredMembership,
+    /// Every tree entry, so nothing else differs either.
+    items: Vec<(String, Vec<u8>, Vec<u8>)>,
+}
+
+fn all_keys() -> RangeRequest {
+    RangeRequest {
+        key: vec![0],
+        range_end: vec![0],
+        ..Default::default()
+    }
+}
+
+fn observe(sm: &StateMachine) -> Observed {
+    let mvcc = &sm.shared.mvcc;
+    Observed {
+        revision: mvcc.current_revision(),
+        kvs: mvcc.range(&all_keys()).unwrap().kvs,
+        leases: mvcc.leases().unwrap(),
+        applied: sm.last_applied().unwrap(),
+        membership: sm.membership().unwrap(),
+        items: mvcc.dump().collect::<Result<_, _>>().unwrap(),
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A snapshot of a store with `keys` keys (lease 7, applied index 100, members 1-3), and what
+/// a member serves with it installed.
+async fn source_snapshot(keys: usize) -> (Snapshot, Observed) {
+    let d = tempfile::tempdir().unwrap();
+    let mut sm = StateMachine::open(d.path()).unwrap();
+    fill(&sm, "s/", keys, 7, 100, &[1, 2, 3]);
+    let snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let seen = observe(&sm);
+    assert_eq!(seen.leases, vec![(7, 67)]);
+    (snap, seen)
+}
+
+/// A closed member state-machine dir holding other keys (lease 9, applied index 50, members
+/// 1-2) and a snapshot of them, and what it serves.
+async fn template(dir: &Path, keys: usize) -> Observed {
+    let mut sm = StateMachine::open(dir).unwrap();
+    fill(&sm, "t/", keys, 9, 50, &[1, 2]);
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    observe(&sm)
+}
+
+fn newest_snapshot_index(dir: &Path) -> u64 {
+    snapshot_file::latest(&dir.join("snap"))
+        .unwrap()
+        .and_then(|(m, _)| m.last_log_id)
+        .map_or(0, |l| l.index)
+}
+
+/// Crashes an install after each of its steps (every tree write, every marker, the file),
+/// with sled flushed up to that point, reopens the state machine from the same directory,
+/// and requires the snapshot's state or the previous one: every key, revision, lease,
+/// last-applied index and membership.
+#[tokio::test]
+async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
+    let (snap, want) = source_snapshot(12).await;
+    let tpl = tempfile::tempdir().unwrap();
+    let before = template(tpl.path(), 5).await;
+    let mut crashes = 0;
+    for n in 1..500 {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(tpl.path(), work.path());
+        let mut sm = StateMachine::open(work.path()).unwrap();
+        crash_after(Some(n));
+        let res = sm.install_snapshot(&snap.meta, snap.snapshot.clone()).await;
+        crash_after(None);
+        if res.is_ok() {
+            assert_eq!(observe(&sm), want, "installed without a crash");
+            break;
+        }
+        crashes += 1;
+        drop(sm);
+        let sm = super::apply_tests::reopen(work.path())
+            .unwrap_or_else(|e| panic!("crash at step {n}: reopen failed: {e}"));
+        let got = observe(&sm);
+        assert!(
+            got == want || got == before,
+            "crash at step {n}: reopened state is neither the snapshot nor the previous \
+             state:\n{got:#?}"
+        );
+        if newest_snapshot_index(work.path()) == 100 {
+            assert_eq!(
+                got, want,
+                "crash at step {n}: the snapshot file is the newest"
+            );
+        }
+    }
+    eprintln!("install crashed and was repaired at each of {crashes} steps");
+    assert!(crashes >= 6, "only {crashes} crash points");
+}
+
+/// A snapshot that does not decode is refused before it is written: it never becomes the
+/// newest snapshot file, which the member would try to reinstall (and fail on) at every start.
+#[tokio::test]
+async fn an_undecodable_snapshot_is_refused_and_never_becomes_the_newest_file() {
+    let d = tempfile::tempdir().unwrap();
+    let before = template(d.path(), 5).await;
+    let mut sm = StateMachine::open(d.path()).unwrap();
+    let meta = SnapshotMeta {
+        last_log_id: Some(lid(100)),
+        last_membership: membership(&[1, 2, 3], 99),
+    };
+    let res = sm
+        .install_snapshot(&meta, b"not a snapshot payload".to_vec())
+        .await;
+    assert!(res.is_err(), "garbage was installed");
+    assert_eq!(observe(&sm), before);
+    assert_eq!(newest_snapshot_index(d.path()), 50);
+    drop(sm);
+    let sm = StateMachine::open(d.path()).expect("reopen after a refused snapshot");
+    assert_eq!(observe(&sm), before);
+}
+
+/// Range reads through the state machine while a snapshot is installed see every old key or
+/// every new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_during_an_install_see_the_old_state_or_the_new_one() {
+    let (snap, want) = source_snapshot(3000).await;
+    let d = tempfile::tempdir().unwrap();
+    let before = template(d.path(), 200).await;
+    let mut sm = StateMachine::open(d.path()).unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (sm, done) = (sm.clone(), done.clone());
+        let (old, new) = (before.kvs.clone(), want.kvs.clone());
+        tokio::spawn(async move {
+            let (mut reads, mut mixed) = (0u32, 0u32);
+            // Bounded: the install takes well under a minute.
+            while !done.load(std::sync::atomic::Ordering::SeqCst) && reads < 1_000_000 {
+                let kvs = match sm.range(&all_keys()).await {
+                    Ok(r) => r.kvs,
+                    Err(_) => Vec::new(),
+                };
+                reads += 1;
+                if kvs != old && kvs != new {
+                    mixed += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            (reads, mixed)
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let t0 = std::time::Instant::now();
+    sm.install_snapshot(&snap.meta, snap.snapshot.clone())
+        .await
+        .unwrap();
+    let took = t0.elapsed();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (reads, mixed) = reader.await.unwrap();
+    eprintln!("{reads} reads, {mixed} mixed; the install took {took:?}");
+    assert!(reads > 0);
+    assert_eq!(
+        mixed, 0,
+        "{mixed} of {reads} reads saw a half-installed store"
+    );
+    assert_eq!(observe(&sm), want);
+}

@@ -1,0 +1,178 @@
+//! A follower killed (kill -9) again and again while it installs a snapshot from the leader
+//! ends up with exactly the keys, revisions and leases of the other members.
+//!
+//! Each round the follower is down while the leader takes enough writes (some under leases,
+//! one lease revoked every other round) to snapshot and purge its log past the follower, so
+//! the follower can only catch up by installing a snapshot. The follower is restarted and
+//! killed as soon as the new snapshot file appears in its snapshot directory (the install
+//! writes the file, then loads it into sled), after a delay that varies by round. Rounds:
+//! `KVD_SNAP_KILL_ROUNDS` (default 5, about 20 s).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+use kvd::proto::etcdserverpb::lease_client::LeaseClient;
+use kvd::proto::etcdserverpb::{
+    LeaseGrantRequest, LeaseLeasesRequest, LeaseRevokeRequest, PutRequest, RangeRequest,
+};
+
+/// What a member serves: revision, every key as (key, value, create, mod, version, lease),
+/// and the lease ids.
+type State = (i64, Vec<(String, String, i64, i64, i64, i64)>, Vec<i64>);
+
+async fn state(c: &Cluster, i: usize) -> Result<State, tonic::Status> {
+    let r = c
+        .kv(i)
+        .await
+        .range(RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            serializable: true,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let kvs = r
+        .kvs
+        .into_iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                String::from_utf8_lossy(&kv.value).into_owned(),
+                kv.create_revision,
+                kv.mod_revision,
+                kv.version,
+                kv.lease,
+            )
+        })
+        .collect();
+    let mut leases: Vec<i64> = LeaseClient::new(common::channel(&c.members[i].client_url()).await)
+        .lease_leases(LeaseLeasesRequest {})
+        .await?
+        .into_inner()
+        .leases
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
+    leases.sort();
+    Ok((r.header.map_or(0, |h| h.revision), kvs, leases))
+}
+
+/// The newest snapshot file of member `i` ("" if none).
+fn newest_snapshot(c: &Cluster, i: usize) -> String {
+    let dir = c.members[i].data_dir.join("member/sm/snap");
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".snap"))
+                .max()
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether member `i` (stopped) was killed in the middle of a snapshot load: sled still holds
+/// the load's marker.
+fn load_interrupted(c: &Cluster, i: usize) -> bool {
+    let db = sled::open(c.members[i].data_dir.join("member/sm/db")).unwrap();
+    let meta = db.open_tree("mvcc_meta").unwrap();
+    meta.get(b"mvcc/loading").unwrap().is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_killed_during_snapshot_installs_ends_with_every_key_and_lease() {
+    let rounds: usize = std::env::var("KVD_SNAP_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let mut c = Cluster::start_opts(
+        3,
+        false,
+        &[
+            "--snapshot-count=50",
+            "--experimental-snapshot-catchup-entries=20",
+        ],
+    )
+    .await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let f = (0..3).find(|&i| i != leader).unwrap();
+    let mut kv = c.kv(leader).await;
+    let mut lease = LeaseClient::new(common::channel(&c.members[leader].client_url()).await);
+    let value = "x".repeat(512);
+    let mut want_keys = BTreeMap::new();
+    let mut want_leases = BTreeSet::new();
+    let (mut seen, mut interrupted) = (0, 0);
+    for round in 0..rounds {
+        c.kill(f);
+        let id = round as i64 + 1;
+        lease
+            .lease_grant(LeaseGrantRequest { id, ttl: 3600 })
+            .await
+            .unwrap();
+        want_leases.insert(id);
+        for k in 0..150 {
+            let key = format!("r{round}/k{k:03}");
+            let on = if k % 5 == 0 { id } else { 0 };
+            kv.put(PutRequest {
+                key: key.clone().into(),
+                value: value.clone().into(),
+                lease: on,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            want_keys.insert(key, on);
+        }
+        if round % 2 == 1 {
+            lease.lease_revoke(LeaseRevokeRequest { id }).await.unwrap();
+            want_leases.remove(&id);
+            want_keys.retain(|_, l| *l != id);
+        }
+        let before = newest_snapshot(&c, f);
+        c.spawn(f);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while newest_snapshot(&c, f) == before && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if newest_snapshot(&c, f) != before {
+            seen += 1;
+        }
+        tokio::time::sleep(Duration::from_millis([0, 3, 10, 30, 60][round % 5])).await;
+        c.kill(f);
+        if load_interrupted(&c, f) {
+            interrupted += 1;
+        }
+    }
+    eprintln!(
+        "{rounds} rounds: a new snapshot file appeared in {seen}, the kill interrupted the \
+         load in {interrupted}"
+    );
+    assert!(seen > 0, "the follower never installed a snapshot");
+    c.spawn(f);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let want = state(&c, leader).await.unwrap();
+    let keys: BTreeMap<String, i64> = want.1.iter().map(|k| (k.0.clone(), k.5)).collect();
+    assert_eq!(keys, want_keys, "the leader's keys");
+    assert_eq!(want.2, want_leases.into_iter().collect::<Vec<_>>());
+    for i in 0..3 {
+        loop {
+            let got = state(&c, i).await;
+            match got {
+                Ok(got) if got == want => break,
+                got if Instant::now() > deadline => {
+                    let got = got.map(|g| (g.0, g.1.len(), g.2));
+                    panic!(
+                        "member {i} (follower {f}): {got:?}, leader: {:?}\n{}",
+                        (want.0, want.1.len(), &want.2),
+                        c.log_of(i)
+                    );
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+}
