@@ -36,6 +36,8 @@
 //!
 //! - Records reach the disk in submission order; each `submit` callback runs
 //!   after an fdatasync covering its records, and never after an I/O error.
+//! - A record whose payload exceeds `format::MAX_PAYLOAD` is refused at
+//!   `submit` (`RecordTooLarge`, nothing written) without poisoning the WAL.
 //! - Each group commit (batch) is appended and fdatasynced before anything
 //!   else is written (the next batch, or the next segment file) and ends with
 //!   a `BatchEnd` frame; so after a power loss only the last batch of the last
@@ -435,6 +437,16 @@ impl Wal {
     /// error). Never blocks on disk. If the WAL is already closed or
     /// poisoned, `done` is called immediately on the calling thread.
     pub fn submit(&self, records: Vec<Record>, done: WalCallback) {
+        // Refused here, not by the flusher: an oversized record is the caller's mistake, not
+        // an I/O failure, and must not poison the WAL for everyone.
+        if let Some(len) = records
+            .iter()
+            .map(format::payload_len)
+            .find(|l| *l > format::MAX_PAYLOAD)
+        {
+            done(Err(WalError::RecordTooLarge { len }));
+            return;
+        }
         let shared = &self.inner.shared;
         let mut q = shared.lock();
         let refused = if q.closed {

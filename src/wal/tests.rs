@@ -1085,3 +1085,25 @@ fn hole_left_by_an_interrupted_purge() {
     }
     assert_eq!(segment_files(&fs3), files, "nothing deleted");
 }
+
+/// An oversized record is refused by itself; the WAL keeps working (it used to fail in the
+/// flusher, which poisoned the WAL and so stopped the member).
+#[test]
+fn oversized_record_is_refused_without_poisoning() {
+    let fs = SimFs::new();
+    let (wal, _) = open_sim(&fs, 1 << 20).unwrap();
+    wal.write_sync(vec![entry(1, 10)]).unwrap();
+    // Zeroed allocations are lazy: this costs no 128 MiB of writes.
+    let huge = Record::Entry {
+        index: 2,
+        data: vec![0; format::MAX_PAYLOAD - 7],
+    };
+    match wal.write_sync(vec![huge]) {
+        Err(WalError::RecordTooLarge { len }) => assert_eq!(len, format::MAX_PAYLOAD + 1),
+        other => panic!("expected RecordTooLarge, got {other:?}"),
+    }
+    wal.write_sync(vec![entry(2, 10)]).unwrap();
+    drop(wal);
+    let (_w, got) = open_sim(&fs, 1 << 20).unwrap();
+    assert_eq!(got, vec![entry(1, 10), entry(2, 10)]);
+}
