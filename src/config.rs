@@ -205,6 +205,14 @@ impl Flags {
         if self.name.is_empty() {
             return err("--name must not be empty");
         }
+        let max_req = crate::raft::limits::MAX_REQUEST_BYTES;
+        if self.max_request_bytes > max_req {
+            return err(format!(
+                "--max-request-bytes {} is above the maximum {max_req}: one request must fit \
+                 in a WAL record and a peer message",
+                self.max_request_bytes
+            ));
+        }
         let data_dir = self
             .data_dir
             .clone()
@@ -432,6 +440,21 @@ mod tests {
         let c = flags(&["--listen-metrics-urls", "http://127.0.0.1:2381"]).unwrap();
         assert_eq!(c.listen_metrics, vec!["127.0.0.1:2381".parse().unwrap()]);
         assert!(flags(&["--listen-metrics-urls", "https://127.0.0.1:2381"]).is_err());
+    }
+
+    #[test]
+    fn max_request_bytes_is_bounded_by_what_the_wal_and_peers_carry() {
+        let max = crate::raft::limits::MAX_REQUEST_BYTES;
+        let c = flags(&["--max-request-bytes", &max.to_string()]).unwrap();
+        assert_eq!(c.max_request_bytes, max);
+        let e = flags(&["--max-request-bytes", &(max + 1).to_string()]).unwrap_err();
+        assert!(
+            e.contains("--max-request-bytes") && e.contains("maximum"),
+            "{e}"
+        );
+        // The old behaviour: a limit above the WAL's record limit started, and the first
+        // request above 128 MiB poisoned the leader's WAL.
+        assert!(flags(&["--max-request-bytes", "200000000"]).is_err());
     }
 
     #[test]

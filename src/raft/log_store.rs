@@ -156,8 +156,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
         start: u64,
         end: u64,
     ) -> Result<Vec<Entry>, io::Error> {
-        // Bound one replication message so batches stay well under the peer message limit.
-        const MAX_BYTES: usize = 8 << 20;
+        // Bound one replication message so batches stay under the peer message limit.
+        const MAX_BYTES: usize = super::limits::REPLICATION_BATCH_BYTES;
         let st = self.state.lock().unwrap();
         let mut out = Vec::new();
         let mut bytes = 0usize;

@@ -4,6 +4,7 @@
 
 mod background;
 pub mod error;
+pub mod limits;
 pub mod log_store;
 pub mod network;
 pub mod node;

@@ -33,9 +33,8 @@ use super::types::{Member, NodeId, Snapshot, TypeConfig, Vote};
 use crate::proto::kvdpb::peer_client::PeerClient;
 use crate::proto::kvdpb::{RaftBlob, SnapshotChunk};
 
-/// Peer messages may carry batches of entries and snapshot chunks well above tonic's 4 MiB.
-pub const MAX_PEER_MESSAGE: usize = 64 << 20;
-const SNAPSHOT_CHUNK: usize = 4 << 20;
+pub use super::limits::MAX_PEER_MESSAGE;
+use super::limits::SNAPSHOT_CHUNK;
 
 /// Fault testing only: `peerURL=dialURL,...`. This member dials `dialURL` whenever it would
 /// dial `peerURL`, so a test can put a fault-injecting proxy on each member-to-member link

@@ -101,7 +101,8 @@ impl StateMachine {
     /// snapshot files) and repairs an interrupted snapshot install.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let snap_dir = dir.join("snap");
-        std::fs::create_dir_all(&snap_dir)?;
+        crate::wal::create_dir_durable(&crate::wal::RealFs, &snap_dir)?;
+        crate::wal::create_dir_durable(&crate::wal::RealFs, &dir.join("db"))?;
         snapshot_file::remove_temporaries(&snap_dir)?;
         let db = sled::Config::new().path(dir.join("db")).open()?;
         let mvcc = MvccStore::open(&db)?;

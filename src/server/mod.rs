@@ -72,7 +72,9 @@ pub enum ServerError {
 /// over first).
 pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     let member_dir = cfg.data_dir.join("member");
-    std::fs::create_dir_all(&member_dir)?;
+    // The data dir and member/ may be new (first start): their entries must be durable
+    // before anything inside them is trusted to be.
+    crate::wal::create_dir_durable(&crate::wal::RealFs, &member_dir)?;
     let channels = Channels::from_env().map_err(ServerError::Raft)?;
     let (ident, fresh) = identity::load_or_create(&cfg, &member_dir, &channels).await?;
     tracing::info!(

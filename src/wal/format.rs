@@ -117,6 +117,15 @@ pub fn encode_record(rec: &Record, out: &mut Vec<u8>) -> Result<(), usize> {
     finish_frame(out, start, ty)
 }
 
+/// The payload length `encode_record` would produce for `rec`.
+pub fn payload_len(rec: &Record) -> usize {
+    match rec {
+        Record::Entry { data, .. } | Record::PurgeUpTo { data, .. } => 8 + data.len(),
+        Record::Vote(d) | Record::Committed(d) => d.len(),
+        Record::TruncateAfter { .. } => 9,
+    }
+}
+
 pub fn encode_batch_end(batch_start: u64, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);

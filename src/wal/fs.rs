@@ -101,3 +101,28 @@ impl WalFs for RealFs {
         File::open(dir)?.sync_all()
     }
 }
+
+/// Creates `dir` and any missing ancestors, fsyncing the parent of each directory it creates
+/// (top-down), so the new entries survive a power loss: a file fsynced inside a directory
+/// whose own entry was never made durable can vanish with it. Every directory kvd creates
+/// goes through this (the WAL layer is the lowest one, so all layers can use it).
+pub fn create_dir_durable(fs: &dyn WalFs, dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    for d in dir.ancestors().filter(|d| !d.as_os_str().is_empty()) {
+        match fs.list_dir(d) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(d),
+            Err(e) => return Err(e),
+        }
+    }
+    for d in missing.into_iter().rev() {
+        fs.create_dir_all(d)?;
+        let parent = match d.parent() {
+            None => continue,
+            Some(p) if p.as_os_str().is_empty() => Path::new("."),
+            Some(p) => p,
+        };
+        fs.sync_dir(parent)?;
+    }
+    Ok(())
+}

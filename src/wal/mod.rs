@@ -36,10 +36,15 @@
 //!
 //! - Records reach the disk in submission order; each `submit` callback runs
 //!   after an fdatasync covering its records, and never after an I/O error.
-//! - Each group commit (batch) is appended and fdatasynced before the next one
-//!   is written and ends with a `BatchEnd` frame; so after a power loss only
-//!   the last batch can be damaged. Recovery truncates such a torn tail and
-//!   refuses (`Corrupt`) any damage that has frames of a later batch after it.
+//! - A record whose payload exceeds `format::MAX_PAYLOAD` is refused at
+//!   `submit` (`RecordTooLarge`, nothing written) without poisoning the WAL.
+//! - Each group commit (batch) is appended and fdatasynced before anything
+//!   else is written (the next batch, or the next segment file) and ends with
+//!   a `BatchEnd` frame; so after a power loss only the last batch of the last
+//!   segment can be damaged, and a batch followed by *any* later bytes or
+//!   segment file is provably synced. Recovery truncates a torn tail only
+//!   where nothing proves it synced, and refuses (`Corrupt`) damage anywhere
+//!   else: acknowledged records are never dropped.
 //! - A segment is created, its header fdatasynced and the directory fsynced
 //!   before any record is written into it. The first batch in a new segment
 //!   (and the first after opening a multi-segment WAL) restates the latest
@@ -54,20 +59,29 @@
 //! # Recovery
 //!
 //! `open` reads the segments in order. A frame that fails to parse (bad crc,
-//! type, length, or cut short) at offset X is a *torn tail* if no frame of a
-//! later batch follows it anywhere: the file is truncated to X and fsynced,
-//! later (empty or garbage) segment files are removed, and a warning is
-//! logged. Frames after X that belong to X's own batch do not count, because
-//! the pages of one in-flight write survive or vanish independently. Any
-//! other damage is `WalError::Corrupt { file, offset: X }`. A garbage header
-//! on the newest segment (crash between create and header fsync) is torn; on
-//! any other segment it is `BadHeader`; a different format version is
-//! `IncompatibleVersion`. A hole in the segment sequence can only be left by
-//! an interrupted purge, so the segments before it are removed.
+//! type, length, or cut short) at offset X is a *torn tail* only if nothing
+//! proves X's batch was fdatasynced. Proof is any of: a later segment file
+//! exists (whatever its content); a `BatchEnd` of a later batch follows
+//! (`batch_start > X`); X's own `BatchEnd` (`batch_start <= X`) is followed
+//! by any byte. Valid frames of X's own batch after X prove nothing: the
+//! pages of one in-flight write survive or vanish independently. A torn tail
+//! is truncated to X and fsynced, with a warning; anything else is
+//! `WalError::Corrupt { file, offset: X }` and the WAL does not open. A
+//! garbage header on the newest segment (crash between create and header
+//! fsync) is torn and the file removed; on any other segment it is
+//! `BadHeader`; a different format version is `IncompatibleVersion`.
 //!
-//! Limitation: damage inside the *last* batch cannot be told apart from a
-//! torn write, so a bit flip there is repaired (dropping that batch's
-//! records from the damaged one on) rather than reported.
+//! A hole in the segment sequence is explained only by an interrupted purge:
+//! the segments before it are removed if the last `PurgeUpTo` after the hole
+//! covers every entry they hold and the entries after the hole continue from
+//! it; otherwise `MissingSegment` names the missing file and nothing is
+//! deleted.
+//!
+//! Limitation: damage inside the *last* batch of the last segment, with
+//! nothing after that batch's end (e.g. a bit flip after its fdatasync),
+//! cannot be told apart from a torn write, so it is repaired (dropping that
+//! batch's records from the damaged one on) rather than reported. The same
+//! holds if the damage also destroys every `BatchEnd` after it.
 //!
 //! # Callbacks
 //!
@@ -93,7 +107,7 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
 pub use backend::WalBackend;
-pub use fs::{RealFs, WalFile, WalFs};
+pub use fs::{create_dir_durable, RealFs, WalFile, WalFs};
 pub use simfs::SimFs;
 
 /// What the Raft layer writes.
@@ -128,7 +142,22 @@ pub enum WalError {
         format::FORMAT_VERSION
     )]
     IncompatibleVersion { file: PathBuf, found: u32 },
-    #[error("wal record payload of {len} bytes exceeds the maximum")]
+    #[error(
+        "wal segment {missing} is missing and the segments before it are not covered by the \
+         durable purge point {purged:?} ({holds}); refusing to delete them (segments from {first_kept} on are intact)"
+    )]
+    MissingSegment {
+        /// The first segment of the hole.
+        missing: PathBuf,
+        first_kept: PathBuf,
+        /// What the purge point does not cover.
+        holds: String,
+        purged: Option<u64>,
+    },
+    #[error(
+        "wal record payload of {len} bytes exceeds the maximum of {}",
+        format::MAX_PAYLOAD
+    )]
     RecordTooLarge { len: usize },
     #[error("wal is closed")]
     Closed,
@@ -158,6 +187,17 @@ impl WalError {
             WalError::IncompatibleVersion { file, found } => WalError::IncompatibleVersion {
                 file: file.clone(),
                 found: *found,
+            },
+            WalError::MissingSegment {
+                missing,
+                first_kept,
+                holds,
+                purged,
+            } => WalError::MissingSegment {
+                missing: missing.clone(),
+                first_kept: first_kept.clone(),
+                holds: holds.clone(),
+                purged: *purged,
             },
             WalError::RecordTooLarge { len } => WalError::RecordTooLarge { len: *len },
             WalError::Closed => WalError::Closed,
@@ -397,6 +437,16 @@ impl Wal {
     /// error). Never blocks on disk. If the WAL is already closed or
     /// poisoned, `done` is called immediately on the calling thread.
     pub fn submit(&self, records: Vec<Record>, done: WalCallback) {
+        // Refused here, not by the flusher: an oversized record is the caller's mistake, not
+        // an I/O failure, and must not poison the WAL for everyone.
+        if let Some(len) = records
+            .iter()
+            .map(format::payload_len)
+            .find(|l| *l > format::MAX_PAYLOAD)
+        {
+            done(Err(WalError::RecordTooLarge { len }));
+            return;
+        }
         let shared = &self.inner.shared;
         let mut q = shared.lock();
         let refused = if q.closed {

@@ -1,23 +1,47 @@
 //! Opening a WAL directory: read every segment, repair a torn tail, refuse
-//! corruption.
+//! corruption and unexplained holes.
 //!
-//! Why the torn-tail rule is sound: the flusher writes one batch, fdatasyncs
-//! it, and only then writes the next, and it rotates segments only between
-//! batches (after the new segment's header and directory entry are synced).
-//! So a power loss can damage only the bytes of the single batch that was in
-//! flight, at the end of the last non-empty segment. A bad frame at offset X
-//! is therefore a torn tail iff no frame of a *later* batch exists after it.
-//! Frames of the same batch may legitimately survive after X (pages of the
-//! in-flight write survive independently), so a valid frame after X counts
-//! as evidence of corruption only if it lies beyond X's own batch: past the
-//! `BatchEnd` marker whose `batch_start <= X`, or is a `BatchEnd` whose
-//! `batch_start > X`, or is in a later segment file.
+//! # What the flusher guarantees (and so what recovery may assume)
+//!
+//! The flusher appends one batch (records, then its `BatchEnd` marker) and
+//! fdatasyncs it before it writes anything else; it creates the next segment
+//! only between batches, i.e. after the previous batch's fdatasync. Hence:
+//!
+//! - a batch is *provably synced* if any byte written after it exists: a
+//!   byte past its own `BatchEnd` (the file only grows by later appends), a
+//!   `BatchEnd` of a later batch (`batch_start` beyond the damage), or any
+//!   later segment file at all (even one with a torn header: it was created
+//!   after the sync);
+//! - only the last batch of the last segment can be torn, and its pages
+//!   survive or vanish independently, so valid frames (even its own
+//!   `BatchEnd`) may follow a damaged one inside it.
+//!
+//! A bad frame at offset X is a torn tail only if nothing proves X's batch
+//! synced; then the segment is truncated to X. Damage in a provably synced
+//! region is `Corrupt { file, offset: X }`: the records there were
+//! acknowledged and are never dropped. `BatchEnd` markers are matched by
+//! `batch_start <= X` rather than by the exact start of X's batch because a
+//! repaired torn tail leaves that batch's surviving prefix without a marker,
+//! and the next batch starts at X.
+//!
+//! Unsynced `unsafe_no_fsync` WALs break the premise; after a power loss they
+//! may be refused as corrupt, which is the honest answer.
+//!
+//! # Holes in the segment sequence
+//!
+//! Purge unlinks a prefix of segments oldest-first after the `PurgeUpTo` that
+//! condemns them is durable, and fsyncs the directory once; the unlinks can
+//! reach the disk in any order, so a hole can be left whose older side was
+//! condemned too. Those older segments are removed only if the durable purge
+//! point (the last `PurgeUpTo` after the hole) covers every entry they hold,
+//! and the log after the hole continues from it; otherwise opening fails with
+//! `MissingSegment`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{self, Frame, HeaderProblem, FRAME_HEADER_LEN, HEADER_LEN};
-use super::fs::{WalFile, WalFs};
+use super::fs::{create_dir_durable, WalFile, WalFs};
 use super::{segment_path, Record, WalError};
 
 /// What the flusher needs to know about one surviving segment.
@@ -47,15 +71,21 @@ fn io_ctx(e: std::io::Error) -> WalError {
     WalError::Io(e)
 }
 
+/// The result of reading the segments, before anything on disk is changed.
+struct Scan {
+    records: Vec<Record>,
+    segments: Vec<SegmentInfo>,
+    /// Truncate the last segment in `segments` to this length (a torn tail).
+    truncate_to: Option<(u64, String)>,
+    /// A newest segment whose header never became durable: remove it.
+    torn_segment: Option<u64>,
+}
+
 pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalError> {
     let names = match fs.list_dir(dir) {
         Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs.create_dir_all(dir).map_err(io_ctx)?;
-            // The new directory's own entry must survive too.
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                fs.sync_dir(parent).map_err(io_ctx)?;
-            }
+            create_dir_durable(fs.as_ref(), dir).map_err(io_ctx)?;
             Vec::new()
         }
         Err(e) => return Err(io_ctx(e)),
@@ -63,132 +93,58 @@ pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalE
     let mut seqs: Vec<u64> = names.iter().filter_map(|n| parse_name(n)).collect();
     seqs.sort_unstable();
 
-    // Purge unlinks oldest-first and only a prefix of segments, so a hole in
-    // the sequence means an interrupted purge whose unlinks reached the disk
-    // out of order: everything before the hole was already condemned.
-    if let Some(pos) = seqs.windows(2).rposition(|w| w[1] != w[0] + 1) {
-        let (old, rest) = seqs.split_at(pos + 1);
+    let condemned: Vec<u64> = match seqs.windows(2).rposition(|w| w[1] != w[0] + 1) {
+        Some(pos) => seqs.drain(..=pos).collect(),
+        None => Vec::new(),
+    };
+    let scan = scan(fs, dir, &seqs)?;
+    if let (Some(&newest_old), Some(&first_kept)) = (condemned.last(), seqs.first()) {
+        check_hole(
+            fs,
+            dir,
+            &condemned,
+            newest_old + 1,
+            first_kept,
+            &scan.records,
+        )?;
         tracing::warn!(
             dir = %dir.display(),
-            removed = old.len(),
+            removed = condemned.len(),
             "wal: removing leftover segments of an interrupted purge"
         );
-        for s in old {
+        for s in &condemned {
             fs.remove_file(&segment_path(dir, *s)).map_err(io_ctx)?;
         }
         fs.sync_dir(dir).map_err(io_ctx)?;
-        seqs = rest.to_vec();
     }
-
-    let mut records = Vec::new();
-    let mut segments: Vec<SegmentInfo> = Vec::new();
-    let mut tail_len: Option<usize> = None;
-    let mut i = 0;
-    while i < seqs.len() {
-        let seq = seqs[i];
+    if let Some(seq) = scan.torn_segment {
         let path = segment_path(dir, seq);
-        let data = fs.read_file(&path).map_err(io_ctx)?;
-        let is_last = i + 1 == seqs.len();
-        match format::decode_header(&data, seq) {
-            Ok(()) => {}
-            Err(HeaderProblem::Version(found)) => {
-                return Err(WalError::IncompatibleVersion { file: path, found })
-            }
-            Err(HeaderProblem::SeqMismatch(found)) => {
-                return Err(WalError::BadHeader {
-                    file: path,
-                    reason: format!("header says sequence {found}"),
-                })
-            }
-            // A crash between creating a segment and syncing its header.
-            // Only plausible for the newest segment, and only if an older one
-            // exists or it is the very first segment: purge never leaves a
-            // not-yet-synced segment as the sole survivor.
-            Err(HeaderProblem::Garbage(reason)) if is_last && (i > 0 || seq == 0) => {
-                tracing::warn!(file = %path.display(), %reason, "wal: removing torn segment");
-                fs.remove_file(&path).map_err(io_ctx)?;
-                fs.sync_dir(dir).map_err(io_ctx)?;
-                break;
-            }
-            Err(HeaderProblem::Garbage(reason)) => {
-                return Err(WalError::BadHeader { file: path, reason })
-            }
-        }
-
-        let mut info = SegmentInfo {
-            seq,
-            max_entry: None,
-        };
-        let mut pos = HEADER_LEN;
-        let mut torn_at = None;
-        while pos < data.len() {
-            match format::decode_frame(&data, pos) {
-                Ok((frame, next)) => {
-                    if let Frame::Record(rec) = frame {
-                        if let Record::Entry { index, .. } = rec {
-                            info.max_entry = Some(info.max_entry.map_or(index, |m| m.max(index)));
-                        }
-                        records.push(rec);
-                    }
-                    pos = next;
-                }
-                Err(reason) => {
-                    if let Some(off) = later_batch_evidence(&data, pos) {
-                        return Err(WalError::Corrupt {
-                            file: path,
-                            offset: pos as u64,
-                            reason: format!("{reason} (a valid later frame at offset {off})"),
-                        });
-                    }
-                    for later in &seqs[i + 1..] {
-                        let lp = segment_path(dir, *later);
-                        let ld = fs.read_file(&lp).map_err(io_ctx)?;
-                        if let Some(off) = first_valid_frame(&ld, 0) {
-                            return Err(WalError::Corrupt {
-                                file: path,
-                                offset: pos as u64,
-                                reason: format!(
-                                    "{reason} (a valid frame follows in {} at offset {off})",
-                                    lp.display()
-                                ),
-                            });
-                        }
-                    }
-                    torn_at = Some((pos, reason));
-                    break;
-                }
-            }
-        }
-        segments.push(info);
-        if let Some((pos, reason)) = torn_at {
-            tracing::warn!(
-                file = %path.display(),
-                offset = pos,
-                dropped_bytes = data.len() - pos,
-                %reason,
-                "wal: repairing torn tail"
-            );
-            let mut f = fs.open_file(&path).map_err(io_ctx)?;
-            f.set_len(pos as u64).map_err(io_ctx)?;
-            f.sync_data().map_err(io_ctx)?;
-            let later = &seqs[i + 1..];
-            for s in later {
-                fs.remove_file(&segment_path(dir, *s)).map_err(io_ctx)?;
-            }
-            if !later.is_empty() {
-                fs.sync_dir(dir).map_err(io_ctx)?;
-            }
-            tail_len = Some(pos);
-            break;
-        }
-        tail_len = Some(data.len());
-        i += 1;
+        tracing::warn!(file = %path.display(), "wal: removing segment with a torn header");
+        fs.remove_file(&path).map_err(io_ctx)?;
+        fs.sync_dir(dir).map_err(io_ctx)?;
     }
+    let Scan {
+        records,
+        mut segments,
+        truncate_to,
+        ..
+    } = scan;
 
     let file = match segments.last() {
         Some(last) => {
-            let f = fs.open_file(&segment_path(dir, last.seq)).map_err(io_ctx)?;
-            debug_assert_eq!(Some(f.size() as usize), tail_len);
+            let path = segment_path(dir, last.seq);
+            let mut f = fs.open_file(&path).map_err(io_ctx)?;
+            if let Some((len, reason)) = truncate_to {
+                tracing::warn!(
+                    file = %path.display(),
+                    offset = len,
+                    dropped_bytes = f.size() - len,
+                    %reason,
+                    "wal: repairing torn tail"
+                );
+                f.set_len(len).map_err(io_ctx)?;
+                f.sync_data().map_err(io_ctx)?;
+            }
             f
         }
         None => {
@@ -207,6 +163,187 @@ pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalE
     })
 }
 
+/// Reads the contiguous segments `seqs` (oldest first) without changing them.
+fn scan(fs: &Arc<dyn WalFs>, dir: &Path, seqs: &[u64]) -> Result<Scan, WalError> {
+    let mut out = Scan {
+        records: Vec::new(),
+        segments: Vec::new(),
+        truncate_to: None,
+        torn_segment: None,
+    };
+    for (i, &seq) in seqs.iter().enumerate() {
+        let path = segment_path(dir, seq);
+        let data = fs.read_file(&path).map_err(io_ctx)?;
+        let later = seqs.get(i + 1).map(|s| segment_path(dir, *s));
+        match format::decode_header(&data, seq) {
+            Ok(()) => {}
+            Err(HeaderProblem::Version(found)) => {
+                return Err(WalError::IncompatibleVersion { file: path, found })
+            }
+            Err(HeaderProblem::SeqMismatch(found)) => {
+                return Err(WalError::BadHeader {
+                    file: path,
+                    reason: format!("header says sequence {found}"),
+                })
+            }
+            // A crash between creating a segment and syncing its header.
+            // Only plausible for the newest segment, and only if an older one
+            // exists or it is the very first segment: purge never leaves a
+            // not-yet-synced segment as the sole survivor.
+            Err(HeaderProblem::Garbage(_)) if later.is_none() && (i > 0 || seq == 0) => {
+                out.torn_segment = Some(seq);
+                break;
+            }
+            Err(HeaderProblem::Garbage(reason)) => {
+                return Err(WalError::BadHeader { file: path, reason })
+            }
+        }
+        let (info, torn) = scan_frames(&path, &data, seq, later.as_deref(), &mut out.records)?;
+        out.segments.push(info);
+        if let Some(t) = torn {
+            out.truncate_to = Some(t);
+        }
+    }
+    Ok(out)
+}
+
+/// Appends the records of one segment to `records`. Returns the segment's
+/// info and, if its end is a torn tail, the length to cut it to.
+fn scan_frames(
+    path: &Path,
+    data: &[u8],
+    seq: u64,
+    later_segment: Option<&Path>,
+    records: &mut Vec<Record>,
+) -> Result<(SegmentInfo, Option<(u64, String)>), WalError> {
+    let mut info = SegmentInfo {
+        seq,
+        max_entry: None,
+    };
+    let mut pos = HEADER_LEN;
+    while pos < data.len() {
+        match format::decode_frame(data, pos) {
+            Ok((frame, next)) => {
+                if let Frame::Record(rec) = frame {
+                    if let Record::Entry { index, .. } = rec {
+                        info.max_entry = Some(info.max_entry.map_or(index, |m| m.max(index)));
+                    }
+                    records.push(rec);
+                }
+                pos = next;
+            }
+            Err(reason) => {
+                let proof = match later_segment {
+                    Some(p) => Some(format!(
+                        "segment {} exists, so this one was fully fdatasynced",
+                        p.display()
+                    )),
+                    None => synced_proof(data, pos),
+                };
+                if let Some(proof) = proof {
+                    return Err(WalError::Corrupt {
+                        file: path.to_path_buf(),
+                        offset: pos as u64,
+                        reason: format!("{reason}; {proof}"),
+                    });
+                }
+                return Ok((info, Some((pos as u64, reason))));
+            }
+        }
+    }
+    Ok((info, None))
+}
+
+/// Offset of the first valid frame at or after `from`, scanning byte by byte.
+fn first_valid_frame(data: &[u8], from: usize) -> Option<usize> {
+    (from..data.len().saturating_sub(FRAME_HEADER_LEN - 1))
+        .find(|&p| format::decode_frame(data, p).is_ok())
+}
+
+/// Why the batch holding the bad offset `bad` must have been fdatasynced
+/// (see the module docs), or None if it may be the torn final batch.
+fn synced_proof(data: &[u8], bad: usize) -> Option<String> {
+    let mut p = bad + 1;
+    while let Some(off) = first_valid_frame(data, p) {
+        let (frame, next) = format::decode_frame(data, off).expect("just validated");
+        if let Frame::BatchEnd { batch_start } = frame {
+            if batch_start as usize > bad {
+                return Some(format!("a later batch ends at offset {off}"));
+            }
+            // The damaged batch's own end marker: anything after it was
+            // written by a later batch, after this one's fdatasync.
+            return (next < data.len()).then(|| {
+                format!(
+                    "its batch ends at offset {next} and {} bytes of a later batch follow",
+                    data.len() - next
+                )
+            });
+        }
+        p = next;
+    }
+    None
+}
+
+/// A hole before segment `first_kept` (the segments from `missing` on are
+/// gone): the older `condemned` segments may be removed only if the durable
+/// purge point after the hole covers them. See the module docs.
+fn check_hole(
+    fs: &Arc<dyn WalFs>,
+    dir: &Path,
+    condemned: &[u64],
+    missing: u64,
+    first_kept: u64,
+    kept_records: &[Record],
+) -> Result<(), WalError> {
+    let purged = kept_records
+        .iter()
+        .filter_map(|r| match r {
+            Record::PurgeUpTo { index, .. } => Some(*index),
+            _ => None,
+        })
+        .next_back();
+    let refuse = |holds: String| WalError::MissingSegment {
+        missing: segment_path(dir, missing),
+        first_kept: segment_path(dir, first_kept),
+        holds,
+        purged,
+    };
+    let first_entry = kept_records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Entry { index, .. } => Some(*index),
+            _ => None,
+        })
+        .min();
+    if let Some(first) = first_entry {
+        if purged.is_none_or(|p| first > p + 1) {
+            return Err(refuse(format!("the log after it starts at entry {first}")));
+        }
+    }
+    for &seq in condemned {
+        let path = segment_path(dir, seq);
+        let data = fs.read_file(&path).map_err(io_ctx)?;
+        if let Err(e) = format::decode_header(&data, seq) {
+            return Err(refuse(format!(
+                "{} has an unreadable header ({e:?})",
+                path.display()
+            )));
+        }
+        let mut ignored = Vec::new();
+        let (info, torn) = scan_frames(&path, &data, seq, None, &mut ignored)?;
+        if let Some((off, reason)) = torn {
+            return Err(refuse(format!(
+                "{} is unreadable at offset {off} ({reason})",
+                path.display()
+            )));
+        }
+        if let Some(m) = info.max_entry.filter(|m| purged.is_none_or(|p| *m > p)) {
+            return Err(refuse(format!("{} holds entry {m}", path.display())));
+        }
+    }
+    Ok(())
+}
+
 /// Creates a segment and makes its header and directory entry durable, so
 /// that records are never written into a file that might vanish.
 pub(crate) fn create_segment(
@@ -220,28 +357,4 @@ pub(crate) fn create_segment(
     f.sync_data().map_err(io_ctx)?;
     fs.sync_dir(dir).map_err(io_ctx)?;
     Ok(f)
-}
-
-/// Offset of the first valid frame at or after `from`, scanning byte by byte.
-fn first_valid_frame(data: &[u8], from: usize) -> Option<usize> {
-    (from..data.len().saturating_sub(FRAME_HEADER_LEN - 1))
-        .find(|&p| format::decode_frame(data, p).is_ok())
-}
-
-/// See the module docs: is there a frame from a batch later than the one
-/// containing the bad offset `bad`?
-fn later_batch_evidence(data: &[u8], bad: usize) -> Option<usize> {
-    let mut own_end_seen = false;
-    let mut p = bad + 1;
-    while let Some(off) = first_valid_frame(data, p) {
-        let (frame, next) = format::decode_frame(data, off).expect("just validated");
-        match frame {
-            _ if own_end_seen => return Some(off),
-            Frame::BatchEnd { batch_start } if batch_start as usize > bad => return Some(off),
-            Frame::BatchEnd { .. } => own_end_seen = true,
-            Frame::Record(_) => {}
-        }
-        p = next;
-    }
-    None
 }

@@ -12,7 +12,9 @@
 //!   grown, it is cut at a random point between the durable and live length.
 //!   Bytes that were durable are never damaged.
 //!
-//! Directories themselves are durable as soon as they are created.
+//! A directory is like a directory entry: durable once its parent is synced
+//! (a root is always durable). At a crash a non-durable directory survives or
+//! vanishes, and everything under a vanished directory vanishes with it.
 //!
 //! Failpoints: [`SimFs::fail_after`] makes the n-th mutating operation (write,
 //! set_len, sync, create, remove, rename, sync_dir) and every one after it fail,
@@ -57,6 +59,7 @@ struct State {
     live_names: BTreeMap<PathBuf, u64>,
     durable_names: BTreeMap<PathBuf, u64>,
     dirs: BTreeSet<PathBuf>,
+    durable_dirs: BTreeSet<PathBuf>,
     generation: u64,
     fail: Option<FailPoint>,
     mutating_ops: u64,
@@ -197,6 +200,17 @@ impl SimFs {
                 names.insert(p, ino);
             }
         }
+        // Sorted order visits a parent before its children.
+        let mut dirs = BTreeSet::new();
+        for d in &st.dirs {
+            let parent_ok = d.parent().is_none_or(|p| dirs.contains(p));
+            if parent_ok && (st.durable_dirs.contains(d) || rng.gen_bool(0.5)) {
+                dirs.insert(d.clone());
+            }
+        }
+        names.retain(|p, _| p.parent().is_some_and(|d| dirs.contains(d)));
+        st.durable_dirs = dirs.clone();
+        st.dirs = dirs;
         let keep: BTreeSet<u64> = names.values().copied().collect();
         st.inodes.retain(|ino, _| keep.contains(ino));
         for node in st.inodes.values_mut() {
@@ -326,8 +340,10 @@ fn not_found(p: &Path) -> io::Error {
 impl WalFs for SimFs {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut st = self.lock();
-        for a in dir.ancestors() {
-            st.dirs.insert(a.to_path_buf());
+        for a in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            if st.dirs.insert(a.to_path_buf()) && a.parent().is_none() {
+                st.durable_dirs.insert(a.to_path_buf());
+            }
         }
         Ok(())
     }
@@ -402,6 +418,11 @@ impl WalFs for SimFs {
         for (p, ino) in &st.live_names {
             if p.parent() == Some(dir) {
                 st.durable_names.insert(p.clone(), *ino);
+            }
+        }
+        for d in &st.dirs {
+            if d.parent() == Some(dir) {
+                st.durable_dirs.insert(d.clone());
             }
         }
         Ok(())

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::format::{self, Frame, HEADER_LEN};
+use super::format::{self, Frame, FRAME_HEADER_LEN, HEADER_LEN};
 use super::*;
 
 fn dir() -> PathBuf {
@@ -824,6 +824,7 @@ fn simfs_crash_keeps_synced_and_drops_unsynced_entries() {
     let fs = SimFs::new();
     let d = Path::new("/d");
     fs.create_dir_all(d).unwrap();
+    fs.sync_dir(Path::new("/")).unwrap();
     let mut f = fs.create_file(&d.join("a")).unwrap();
     f.append(b"hello").unwrap();
     f.sync_data().unwrap();
@@ -841,9 +842,268 @@ fn simfs_crash_keeps_synced_and_drops_unsynced_entries() {
     for seed in 0..32 {
         let fs = SimFs::new();
         fs.create_dir_all(d).unwrap();
+        fs.sync_dir(Path::new("/")).unwrap();
         fs.create_file(&d.join("b")).unwrap();
         fs.crash(&mut StdRng::seed_from_u64(seed));
         saw[fs.file_contents(&d.join("b")).is_some() as usize] = true;
     }
     assert_eq!(saw, [true, true]);
+}
+
+#[test]
+fn simfs_unsynced_directory_can_vanish_with_its_synced_files() {
+    let mut saw = [false, false];
+    for seed in 0..32 {
+        let fs = SimFs::new();
+        fs.create_dir_all(Path::new("/a/b")).unwrap();
+        let mut f = fs.create_file(Path::new("/a/b/f")).unwrap();
+        f.append(b"x").unwrap();
+        f.sync_data().unwrap();
+        fs.sync_dir(Path::new("/a/b")).unwrap();
+        fs.crash(&mut StdRng::seed_from_u64(seed));
+        saw[fs.file_contents(Path::new("/a/b/f")).is_some() as usize] = true;
+    }
+    assert_eq!(saw, [true, true]);
+}
+
+/// A WAL opened in a directory that does not exist yet (first start): the directories it
+/// creates must survive a power loss, or so do none of the records fsynced inside them.
+#[test]
+fn wal_directories_created_at_first_start_survive_power_loss() {
+    for seed in 0..32 {
+        let fs = SimFs::new();
+        let d = Path::new("/data/member/wal");
+        let (wal, _) = Wal::open_with_fs(Arc::new(fs.clone()), d, WalOptions::default()).unwrap();
+        wal.write_sync(vec![entry(1, 10)]).unwrap();
+        drop(wal);
+        fs.crash(&mut StdRng::seed_from_u64(seed));
+        let (_w, got) = Wal::open_with_fs(Arc::new(fs.clone()), d, WalOptions::default())
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(got, vec![entry(1, 10)], "seed {seed}");
+    }
+}
+
+#[test]
+fn create_dir_durable_syncs_the_parent_of_every_directory_it_creates() {
+    let fs = SimFs::new();
+    fs.create_dir_all(Path::new("/x")).unwrap();
+    fs.sync_dir(Path::new("/")).unwrap();
+    let before = fs.mutating_ops();
+    create_dir_durable(&fs, Path::new("/x/a/b/c")).unwrap();
+    // One sync_dir each for /x, /x/a and /x/a/b; an existing directory costs nothing.
+    assert_eq!(fs.mutating_ops() - before, 3);
+    create_dir_durable(&fs, Path::new("/x/a/b/c")).unwrap();
+    assert_eq!(fs.mutating_ops() - before, 3);
+    for seed in 0..16 {
+        let fs2 = fs.clone();
+        fs2.crash(&mut StdRng::seed_from_u64(seed));
+        assert!(fs2.list_dir(Path::new("/x/a/b/c")).is_ok(), "seed {seed}");
+    }
+}
+
+/// Writes `n` single-entry batches and returns the segment's bytes, plus the
+/// (start, end) of the frame holding entry `k`.
+fn one_segment_with_entries(n: u64, k: u64) -> (PathBuf, Vec<u8>, usize) {
+    let fs = SimFs::new();
+    let (wal, _) = open_sim(&fs, 1 << 20).unwrap();
+    for i in 1..=n {
+        wal.write_sync(vec![entry(i, 16)]).unwrap();
+    }
+    drop(wal);
+    let (path, data) = segment_files(&fs).remove(0);
+    let (start, _, _) = frames(&data)
+        .into_iter()
+        .find(|(_, _, f)| *f == Frame::Record(entry(k, 16)))
+        .unwrap();
+    (path, data, start)
+}
+
+/// The last complete batch is followed only by torn bytes of a later batch (no valid frame
+/// in them). Those bytes exist only because the later batch was written, which happens only
+/// after the damaged batch's fdatasync: so the damaged batch was acknowledged, and dropping
+/// it would lose acknowledged records.
+#[test]
+fn damage_in_a_batch_followed_by_torn_bytes_of_a_later_batch_is_corrupt() {
+    let (path, data, start) = one_segment_with_entries(5, 5);
+    let partial = {
+        let mut v = Vec::new();
+        format::encode_record(&entry(6, 9000), &mut v).unwrap();
+        v.truncate(5000);
+        v
+    };
+    for (name, tail) in [
+        ("short", vec![3u8, 0, 0]),
+        ("zeros", vec![0u8; 4096]),
+        ("partial", partial),
+    ] {
+        let mut bad = [data.clone(), tail].concat();
+        bad[start + FRAME_HEADER_LEN + 3] ^= 0x10;
+        let fs = sim_with_files(&[(path.clone(), bad.clone())]);
+        match open_sim(&fs, 1 << 20) {
+            Err(WalError::Corrupt { file, offset, .. }) => {
+                assert_eq!(file, path, "{name}");
+                assert_eq!(offset, start as u64, "{name}");
+            }
+            other => panic!("{name}: expected Corrupt, got {:?}", other.map(|r| r.1)),
+        }
+        // Nothing was truncated.
+        assert_eq!(fs.file_contents(&path).unwrap(), bad, "{name}");
+    }
+    // Without the later bytes the same damage is a torn tail (it cannot be told apart).
+    let mut bad = data.clone();
+    bad[start + FRAME_HEADER_LEN + 3] ^= 0x10;
+    let fs = sim_with_files(&[(path.clone(), bad)]);
+    let (_w, got) = open_sim(&fs, 1 << 20).unwrap();
+    assert_eq!(got, (1..=4).map(|i| entry(i, 16)).collect::<Vec<_>>());
+}
+
+/// A later segment file exists only if every batch of the earlier one was fdatasynced, even
+/// when it holds no valid frame (or only a torn header).
+#[test]
+fn damage_before_an_empty_or_torn_next_segment_is_corrupt() {
+    let fs = SimFs::new();
+    let (wal, _) = open_sim(&fs, 200).unwrap();
+    for i in 1..=8 {
+        wal.write_sync(vec![entry(i, 50)]).unwrap();
+    }
+    drop(wal);
+    let files = segment_files(&fs);
+    let n = files.len();
+    assert!(n >= 3, "{n} segments");
+    let (last_path, last_data) = files[n - 1].clone();
+    let fr = frames(&last_data);
+    // The last batch's entry: nothing of a later batch follows it in this file.
+    let (start, _, _) = fr
+        .iter()
+        .rev()
+        .find(|(_, _, f)| matches!(f, Frame::Record(Record::Entry { .. })))
+        .cloned()
+        .unwrap();
+    let next = super::segment_path(&dir(), n as u64);
+    let header = format::encode_header(n as u64).to_vec();
+    for (name, next_data) in [
+        ("header only", header.clone()),
+        ("header + zeros", [header.clone(), vec![0; 100]].concat()),
+        ("torn header", header[..10].to_vec()),
+        ("empty", vec![]),
+    ] {
+        let mut f = files.clone();
+        f[n - 1].1[start + FRAME_HEADER_LEN + 1] ^= 1;
+        f.push((next.clone(), next_data));
+        let fs = sim_with_files(&f);
+        match open_sim(&fs, 200) {
+            Err(WalError::Corrupt { file, offset, .. }) => {
+                assert_eq!(file, last_path, "{name}");
+                assert_eq!(offset, start as u64, "{name}");
+            }
+            other => panic!("{name}: expected Corrupt, got {:?}", other.map(|r| r.1)),
+        }
+        assert_eq!(segment_files(&fs).len(), n + 1, "{name}: nothing removed");
+    }
+}
+
+/// Segments 0..n written, no purge; one in the middle vanishes. The older ones hold entries
+/// no purge point covers: refuse, naming the missing segment, and delete nothing.
+#[test]
+fn hole_not_covered_by_the_purge_point_is_refused() {
+    let fs = SimFs::new();
+    let (wal, _) = open_sim(&fs, 200).unwrap();
+    for i in 1..=20 {
+        wal.write_sync(vec![entry(i, 50)]).unwrap();
+    }
+    drop(wal);
+    let mut files = segment_files(&fs);
+    assert!(files.len() >= 5);
+    let (missing, _) = files.remove(2);
+    let fs = sim_with_files(&files);
+    match open_sim(&fs, 200) {
+        Err(e @ WalError::MissingSegment { .. }) => {
+            let WalError::MissingSegment { missing: m, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(m, &missing);
+            assert!(
+                e.to_string().contains(&missing.display().to_string()),
+                "{e}"
+            );
+        }
+        other => panic!("expected MissingSegment, got {:?}", other.map(|r| r.1)),
+    }
+    assert_eq!(segment_files(&fs), files, "nothing deleted");
+}
+
+/// An interrupted purge: the PurgeUpTo is durable, the unlink of its newest condemned segment
+/// reached the disk but not those of older ones. Those are covered and are removed.
+/// If the missing segment held entries above the purge point, the log after the hole does not
+/// continue from it: refused.
+#[test]
+fn hole_left_by_an_interrupted_purge() {
+    let fs = SimFs::new();
+    let (wal, _) = open_sim(&fs, 200).unwrap();
+    for i in 1..=12 {
+        wal.write_sync(vec![entry(i, 50)]).unwrap();
+    }
+    let before = segment_files(&fs);
+    let purge = Record::PurgeUpTo {
+        index: 6,
+        data: b"6".to_vec(),
+    };
+    wal.write_sync(vec![purge.clone()]).unwrap();
+    wal.write_sync(vec![entry(13, 50)]).unwrap();
+    drop(wal);
+    let after = segment_files(&fs);
+    let removed: Vec<_> = before
+        .iter()
+        .filter(|(p, _)| !after.iter().any(|(q, _)| q == p))
+        .cloned()
+        .collect();
+    assert!(removed.len() >= 2, "{} removed", removed.len());
+    // Covered: the older condemned segments survive, the newest condemned one is gone.
+    let mut files = removed[..removed.len() - 1].to_vec();
+    files.extend(after.iter().cloned());
+    let fs2 = sim_with_files(&files);
+    let (_w, got) = open_sim(&fs2, 200).unwrap();
+    assert_eq!(segment_files(&fs2).len(), after.len());
+    let entries: Vec<u64> = got
+        .iter()
+        .filter_map(|r| match r {
+            Record::Entry { index, .. } if *index > 6 => Some(*index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(entries, (7..=13).collect::<Vec<_>>());
+    assert!(got.contains(&purge));
+
+    // Not covered: the first surviving segment after the purge is missing too, so the log
+    // after the hole starts above the purge point + 1.
+    let mut files = removed.clone();
+    files.extend(after[1..].iter().cloned());
+    let fs3 = sim_with_files(&files);
+    match open_sim(&fs3, 200) {
+        Err(WalError::MissingSegment { missing, .. }) => assert_eq!(missing, after[0].0),
+        other => panic!("expected MissingSegment, got {:?}", other.map(|r| r.1)),
+    }
+    assert_eq!(segment_files(&fs3), files, "nothing deleted");
+}
+
+/// An oversized record is refused by itself; the WAL keeps working (it used to fail in the
+/// flusher, which poisoned the WAL and so stopped the member).
+#[test]
+fn oversized_record_is_refused_without_poisoning() {
+    let fs = SimFs::new();
+    let (wal, _) = open_sim(&fs, 1 << 20).unwrap();
+    wal.write_sync(vec![entry(1, 10)]).unwrap();
+    // Zeroed allocations are lazy: this costs no 128 MiB of writes.
+    let huge = Record::Entry {
+        index: 2,
+        data: vec![0; format::MAX_PAYLOAD - 7],
+    };
+    match wal.write_sync(vec![huge]) {
+        Err(WalError::RecordTooLarge { len }) => assert_eq!(len, format::MAX_PAYLOAD + 1),
+        other => panic!("expected RecordTooLarge, got {other:?}"),
+    }
+    wal.write_sync(vec![entry(2, 10)]).unwrap();
+    drop(wal);
+    let (_w, got) = open_sim(&fs, 1 << 20).unwrap();
+    assert_eq!(got, vec![entry(1, 10), entry(2, 10)]);
 }
