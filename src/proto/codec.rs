@@ -79,14 +79,19 @@ impl<U: Message + Default + 'static> Decoder for KvdDecoder<U> {
             bytes = buf.copy_to_bytes(buf.remaining());
             &bytes
         };
-        if !depth::within(data, depth::REQUEST_LIMIT) {
-            return Err(too_deep::<U>());
-        }
-        let msg = U::decode(data).map_err(|e| undecodable::<U>(data, e))?;
+        let msg = decode_request::<U>(data)?;
         let n = buf.remaining();
         buf.advance(n);
         Ok(Some(msg))
     }
+}
+
+/// Decodes one request as every kvd service does: the nesting bound first, then prost.
+pub fn decode_request<U: Message + Default + 'static>(data: &[u8]) -> Result<U, Status> {
+    if !depth::within(data, depth::REQUEST_LIMIT) {
+        return Err(too_deep::<U>());
+    }
+    U::decode(data).map_err(|e| undecodable::<U>(data, e))
 }
 
 /// etcd's answer for a message that does not decode. Go does not check that proto3 strings
@@ -134,8 +139,55 @@ fn too_deep<U: 'static>() -> Status {
 mod tests {
     use super::*;
 
+    use crate::proto::etcdserverpb::{
+        LeaseGrantRequest, PutRequest, RangeRequest, RequestOp, WatchRequest,
+    };
+    use crate::proto::kvdpb::{ForwardRequest, InternalRequest};
+
     fn decode_as<U: Message + Default + 'static>(data: &[u8]) -> Result<U, Status> {
-        U::decode(data).map_err(|e| undecodable::<U>(data, e))
+        decode_request::<U>(data)
+    }
+
+    /// Every request type the services decode, on the same bytes: none may panic or
+    /// overflow the stack, whatever the bytes.
+    fn decode_all(data: &[u8]) {
+        let _ = decode_as::<TxnRequest>(data);
+        let _ = decode_as::<RequestOp>(data);
+        let _ = decode_as::<RangeRequest>(data);
+        let _ = decode_as::<PutRequest>(data);
+        let _ = decode_as::<WatchRequest>(data);
+        let _ = decode_as::<LeaseGrantRequest>(data);
+        let _ = decode_as::<MemberAddRequest>(data);
+        let _ = decode_as::<ForwardRequest>(data);
+        let _ = decode_as::<InternalRequest>(data);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Raw bytes, biased towards the tags that open messages and groups.
+        #[test]
+        fn any_bytes_decode_or_fail_cleanly(
+            data in proptest::collection::vec(
+                proptest::prop_oneof![proptest::num::u8::ANY, proptest::strategy::Just(0x0b_u8), proptest::strategy::Just(0x12_u8), proptest::strategy::Just(0x22_u8)],
+                0..4096,
+            )
+        ) {
+            decode_all(&data);
+        }
+
+        /// A deep valid txn with bytes changed at random places.
+        #[test]
+        fn mutated_deep_txns_decode_or_fail_cleanly(
+            levels in 100usize..200,
+            flips in proptest::collection::vec((proptest::num::usize::ANY, proptest::num::u8::ANY), 1..8),
+        ) {
+            let mut data = crate::proto::depth::tests::nested_txn_bytes(levels);
+            for (at, b) in flips {
+                let n = data.len();
+                data[at % n] = b;
+            }
+            decode_all(&data);
+        }
     }
 
     #[test]

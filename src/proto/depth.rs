@@ -156,4 +156,4 @@ fn varint(buf: &[u8], mut pos: usize, end: usize) -> Result<(u64, usize), ()> {
 
 #[cfg(test)]
 #[path = "depth_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -72,7 +72,7 @@ fn deeper_txns_are_refused() {
 
 /// The encoding of a txn nested `levels` deep, built without recursion (encoding or dropping
 /// a `TxnRequest` that deep would overflow the stack).
-fn nested_txn_bytes(levels: usize) -> Vec<u8> {
+pub(crate) fn nested_txn_bytes(levels: usize) -> Vec<u8> {
     let wrap = |field: u8, inner: &[u8]| {
         let mut out = vec![(field << 3) | 2];
         prost::encoding::encode_varint(inner.len() as u64, &mut out);
