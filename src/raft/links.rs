@@ -87,6 +87,11 @@ impl Links {
     /// Records a failed exchange with `target`.
     pub fn failed(&self, target: NodeId, cause: PeerFailure) {
         let now = Instant::now();
+        *crate::metrics::PEER_SENT_FAILURES
+            .lock()
+            .unwrap()
+            .entry(target)
+            .or_default() += 1;
         let mut m = self.inner.lock().unwrap();
         let l = m.entry(target).or_default();
         l.up_since = None;
