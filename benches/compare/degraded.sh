@@ -15,6 +15,7 @@
 #
 # Usage: benches/compare/degraded.sh [out-dir]
 # Env:   IDLE (10) SETTLE (2) TOTAL (10000 puts) SCENARIOS ("none kill stop")
+#        SYSTEMS ("etcd kvd")
 #        KVD_BIN KVBENCH_BIN ETCD_BIN (see cluster.sh) SKIP_BUILD=1 to use existing binaries
 set -euo pipefail
 
@@ -24,12 +25,13 @@ IDLE=${IDLE:-10}
 SETTLE=${SETTLE:-2}
 TOTAL=${TOTAL:-10000}
 SCENARIOS=${SCENARIOS:-none kill stop}
+SYSTEMS=${SYSTEMS:-etcd kvd}
 OUT=${1:-$(mktemp -d /tmp/degraded.XXXXXX)}
 mkdir -p "$OUT"
 RAW=$OUT/degraded.tsv
 export ETCD_LOG_ARGS=""
 
-command -v "$ETCD_BIN" >/dev/null || { echo "$ETCD_BIN not found (apt-get install -y etcd-server)" >&2; exit 1; }
+[[ $SYSTEMS != *etcd* ]] || command -v "$ETCD_BIN" >/dev/null || { echo "$ETCD_BIN not found (apt-get install -y etcd-server)" >&2; exit 1; }
 if [[ -z ${SKIP_BUILD:-} ]]; then
   (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
 fi
@@ -80,8 +82,9 @@ PY
 echo "output: $OUT" >&2
 : >"$RAW"
 for sc in $SCENARIOS; do
-  one etcd "$sc" 25890
-  one kvd "$sc" 29890
+  for sys in $SYSTEMS; do
+    if [[ $sys == etcd ]]; then one etcd "$sc" 25890; else one kvd "$sc" 29890; fi
+  done
 done
 
 python3 - "$RAW" "$IDLE" <<'PY'
