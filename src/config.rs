@@ -90,11 +90,18 @@ pub struct Flags {
     /// List of URLs to serve /metrics and /health on (plain HTTP); empty: off.
     #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
     pub listen_metrics_urls: String,
-    /// Accept etcd's --logger / --log-level flags (level: debug, info, warn, error).
+    /// Log level: debug, info, warn, error (etcd's panic and fatal mean error).
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
-    #[arg(long, env = "ETCD_LOGGER", default_value = "zap", hide = true)]
+    /// etcd's logger: capnslog (plain text lines, etcd 3.4's default) or zap (JSON lines).
+    #[arg(long, env = "ETCD_LOGGER", default_value = "capnslog")]
     pub logger: String,
+    /// kvd's name for the same choice: text or json (wins over --logger).
+    #[arg(long, env = "KVD_LOG_FORMAT")]
+    pub log_format: Option<String>,
+    /// Where logs go: default or stderr, or stdout (one of them; files are not supported).
+    #[arg(long, env = "ETCD_LOG_OUTPUTS", default_value = "default")]
+    pub log_outputs: String,
     /// Duration of periodic watch progress notifications (Go duration, e.g. 10m, 5s, 100ms).
     #[arg(long, env = "ETCD_WATCH_PROGRESS_NOTIFY_INTERVAL")]
     pub watch_progress_notify_interval: Option<String>,
@@ -137,7 +144,7 @@ pub struct Config {
     pub snapshot_catchup_entries: u64,
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
-    pub log_level: String,
+    pub log: LogConfig,
     pub watch_progress_notify_interval: Duration,
     /// Async worker threads (resolved: never 0). See [`default_worker_threads`].
     pub worker_threads: usize,
@@ -149,6 +156,66 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (no colour unless the output is a terminal).
+    Text,
+    /// One JSON object per line with etcd's (zap's) keys: level, ts, caller, msg.
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogOutput {
+    Stderr,
+    Stdout,
+}
+
+/// How the server logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// A tracing level: debug, info, warn or error.
+    pub level: &'static str,
+    pub format: LogFormat,
+    pub output: LogOutput,
+}
+
+impl LogConfig {
+    fn new(
+        level: &str,
+        logger: &str,
+        format: Option<&str>,
+        outputs: &str,
+    ) -> Result<LogConfig, ConfigError> {
+        let level = match level {
+            "debug" => "debug",
+            "info" => "info",
+            "warn" => "warn",
+            "error" | "dpanic" | "panic" | "fatal" => "error",
+            l => return err(format!("--log-level: unknown level {l:?}")),
+        };
+        let format = match (format, logger) {
+            (Some("text"), _) | (None, "capnslog") => LogFormat::Text,
+            (Some("json"), _) | (None, "zap") => LogFormat::Json,
+            (Some(f), _) => return err(format!("--log-format: expected text or json, got {f:?}")),
+            (None, l) => return err(format!("--logger: expected capnslog or zap, got {l:?}")),
+        };
+        let output = match outputs {
+            "default" | "stderr" => LogOutput::Stderr,
+            "stdout" => LogOutput::Stdout,
+            o => {
+                return err(format!(
+                    "--log-outputs: only one of default, stderr, stdout is supported, got {o:?}"
+                ))
+            }
+        };
+        Ok(LogConfig {
+            level,
+            format,
+            output,
+        })
+    }
+}
 
 fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError(msg.into()))
@@ -330,7 +397,12 @@ impl Flags {
             snapshot_catchup_entries: self.experimental_snapshot_catchup_entries,
             max_request_bytes: self.max_request_bytes,
             max_txn_ops: self.max_txn_ops,
-            log_level: self.log_level,
+            log: LogConfig::new(
+                &self.log_level,
+                &self.logger,
+                self.log_format.as_deref(),
+                &self.log_outputs,
+            )?,
             watch_progress_notify_interval,
             worker_threads: match self.worker_threads {
                 0 => default_worker_threads(),
@@ -433,6 +505,27 @@ mod tests {
         assert_eq!(c.initial_cluster.len(), 1);
         assert_eq!(c.initial_cluster_state, ClusterState::New);
         assert!(c.listen_metrics.is_empty());
+    }
+
+    #[test]
+    fn log_flags_follow_etcd() {
+        let c = flags(&[]).unwrap();
+        assert_eq!(
+            c.log,
+            LogConfig {
+                level: "info",
+                format: LogFormat::Text,
+                output: LogOutput::Stderr
+            }
+        );
+        let c = flags(&["--logger=zap", "--log-level=warn", "--log-outputs=stdout"]).unwrap();
+        assert_eq!((c.log.format, c.log.level), (LogFormat::Json, "warn"));
+        assert_eq!(c.log.output, LogOutput::Stdout);
+        let c = flags(&["--logger=zap", "--log-format=text", "--log-level=fatal"]).unwrap();
+        assert_eq!((c.log.format, c.log.level), (LogFormat::Text, "error"));
+        assert!(flags(&["--log-level=loud"]).is_err());
+        assert!(flags(&["--logger=glog"]).is_err());
+        assert!(flags(&["--log-outputs=/var/log/kvd.log"]).is_err());
     }
 
     #[test]

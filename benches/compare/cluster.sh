@@ -31,7 +31,8 @@ start_cluster() {
   for i in 0 1 2; do
     local c=$((base + 10 * i)) p=$((base + 10 * i + 1)) m=$((base + 10 * i + 2))
     local extra=()
-    [[ $sys == etcd ]] && extra=(--logger=zap --log-level=warn)
+    # ETCD_LOG_ARGS: etcd's logging flags (default: quiet JSON, as for throughput runs).
+    [[ $sys == etcd ]] && read -ra extra <<<"${ETCD_LOG_ARGS---logger=zap --log-level=warn}"
     "$bin" --name "m$i" --data-dir "$dir/$sys-m$i.data" \
       --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
       --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \

@@ -1,6 +1,8 @@
 //! kvd: the server binary. Parses etcd-compatible flags and runs a member until SIGINT/SIGTERM.
 use clap::Parser;
 
+mod log;
+
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -13,16 +15,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KVD_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!(
-            "{},openraft=warn,sled=warn,h2=warn,tower=warn,hyper=warn",
-            cfg.log_level
-        ))
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    log::init(&cfg.log);
     let rt = runtime(cfg.worker_threads);
     let res = rt.block_on(kvd::server::run(cfg, async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

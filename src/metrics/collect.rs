@@ -137,6 +137,19 @@ pub fn render(s: &Scrape) -> String {
         "Total size of the underlying database physically allocated in bytes.",
         crate::server::maintenance::dir_size(&s.db_dir) as f64,
     );
+    let peers: Vec<(String, u64)> = super::PEER_SENT_FAILURES
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, n)| (format!("{id:x}"), *n))
+        .collect();
+    w.counter_vec(
+        "etcd_network_peer_sent_failures_total",
+        "The total number of send failures from peers.",
+        peers
+            .iter()
+            .map(|(to, n)| (vec![("To", to.as_str())], *n as f64)),
+    );
     let table = grpc::snapshot();
     w.counter_vec(
         "grpc_server_handled_total",

@@ -23,7 +23,9 @@ mod histogram;
 mod recent;
 mod text;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::Mutex;
 
 pub use collect::{render, Scrape};
 pub use endpoint::{healthy, router, serve};
@@ -41,6 +43,10 @@ pub static PROPOSALS_FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// Proposals this member is waiting on: submitted and not yet applied locally.
 pub static PROPOSALS_PENDING: AtomicI64 = AtomicI64::new(0);
+
+/// Failed RPCs to each peer, by member id (etcd: `etcd_network_peer_sent_failures_total`, per
+/// `To`). Every attempt counts, so its rate shows how hard this member retries a down peer.
+pub static PEER_SENT_FAILURES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
 
 /// History records deleted by compactions (etcd: `etcd_debugging_mvcc_db_compaction_keys_total`).
 pub static COMPACTION_KEYS: AtomicU64 = AtomicU64::new(0);

@@ -1,13 +1,16 @@
 //! Raft: openraft's type config, the WAL-backed log store, the sled-backed state machine,
-//! snapshot files, the peer network (client and server), the peer prober and the node glue that proposes
+//! snapshot files, the peer network (client and server, with per-peer health in `links` and
+//! typed failure causes in `peer_error`), the peer prober and the node glue that proposes
 //! writes and serves read-index barriers.
 
 mod background;
 pub mod error;
 pub mod limits;
+pub mod links;
 pub mod log_store;
 pub mod network;
 pub mod node;
+pub mod peer_error;
 pub mod peer_service;
 pub mod prober;
 pub mod read_batch;

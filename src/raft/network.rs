@@ -5,21 +5,30 @@
 //! Appends are pipelined over one bidirectional stream per replication session (openraft's
 //! default `stream_append` would be stop-and-wait).
 //!
-//! [`Links`] records, per target, when the current run of successful RPCs began: this member's
-//! view of which peers are *active*, which etcd's strict reconfiguration check relies on. Any
-//! failed RPC to a target ends its run, so a peer counts as active only after it has answered
-//! every RPC for the whole health interval. Besides openraft's RPCs, every member probes every
-//! peer (`super::prober`), so the view does not depend on being the leader.
+//! Every RPC's outcome goes to [`Links`] (per-peer health, and the only place that logs a peer
+//! going away and coming back). Besides openraft's RPCs, every member probes every peer
+//! (`super::prober`), so that view does not depend on being the leader.
+//!
+//! Invariants (pacing, so that a down peer costs the leader next to nothing):
+//! - openraft retries a replication stream as soon as opening it fails, and its own backoff
+//!   only applies once the request stream is polled, which tonic does only after connecting.
+//!   So a connection that cannot be opened is paced here: `stream_append` and `full_snapshot`
+//!   return a failure only after waiting [`Retry::delay`] (growing to [`RETRY_MAX`]), or
+//!   until any RPC to that peer succeeds, whichever comes first.
+//! - Heartbeats are not slowed by this: openraft cuts each heartbeat off after one heartbeat
+//!   interval and sends the next on schedule, so a returning peer is seen within about one
+//!   heartbeat (or one probe), which ends every wait at once and catch-up starts.
+//! - Errors are classified by type ([`PeerFailure`]), never by text.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
     TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
@@ -28,7 +37,9 @@ use openraft::OptionalSend;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
+use super::links::Links;
 use super::log_store::encode;
+use super::peer_error::PeerFailure;
 use super::types::{Member, NodeId, Snapshot, TypeConfig, Vote};
 use crate::proto::kvdpb::peer_client::PeerClient;
 use crate::proto::kvdpb::{RaftBlob, SnapshotChunk};
@@ -100,68 +111,6 @@ impl Channels {
     }
 }
 
-/// A link with no successful RPC for this long is down even if no RPC has failed yet (a
-/// replication stream can hang rather than fail). Heartbeats keep a healthy link far fresher.
-const LINK_STALE: Duration = Duration::from_secs(2);
-
-#[derive(Clone, Copy)]
-struct Link {
-    /// Start of the current run of successful RPCs; `None` after a failure.
-    up_since: Option<Instant>,
-    last_ok: Instant,
-}
-
-/// Per-target link health as seen by this member's outgoing RPCs.
-#[derive(Clone, Default)]
-pub struct Links {
-    inner: Arc<Mutex<HashMap<NodeId, Link>>>,
-}
-
-impl Links {
-    fn ok(&self, target: NodeId) {
-        let now = Instant::now();
-        let mut m = self.inner.lock().unwrap();
-        let l = m.entry(target).or_insert(Link {
-            up_since: None,
-            last_ok: now,
-        });
-        if l.up_since.is_none() {
-            l.up_since = Some(now);
-        }
-        l.last_ok = now;
-    }
-
-    fn failed(&self, target: NodeId) {
-        if let Some(l) = self.inner.lock().unwrap().get_mut(&target) {
-            l.up_since = None;
-        }
-    }
-
-    /// Records the outcome of one exchange with `target`.
-    pub fn record<T, E>(&self, target: NodeId, r: &Result<T, E>) {
-        match r {
-            Ok(_) => self.ok(target),
-            Err(_) => self.failed(target),
-        }
-    }
-
-    /// When the current uninterrupted run of successful RPCs to `target` began, if it is up.
-    pub fn active_since(&self, target: NodeId) -> Option<Instant> {
-        let m = self.inner.lock().unwrap();
-        let l = m.get(&target)?;
-        if l.last_ok.elapsed() > LINK_STALE {
-            return None;
-        }
-        l.up_since
-    }
-
-    /// Whether `target` has been reachable without interruption for at least `interval`.
-    pub fn active_for(&self, target: NodeId, interval: Duration) -> bool {
-        self.active_since(target)
-            .is_some_and(|t| t.elapsed() >= interval)
-    }
-}
-
 #[derive(Clone)]
 pub struct NetworkFactory {
     pub channels: Channels,
@@ -176,7 +125,31 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             client: self.channels.peer(node),
             links: self.links.clone(),
+            retry: Retry::default(),
         }
+    }
+}
+
+/// First wait after a failed attempt to open a stream to a peer; it doubles per failure.
+const RETRY_MIN: Duration = Duration::from_millis(50);
+/// Longest wait between attempts; also bounds how late a leadership change is noticed by a
+/// replication task that is waiting.
+pub const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Consecutive failures of one connection (one openraft replication task, heartbeat worker or
+/// snapshot sender).
+#[derive(Default)]
+struct Retry {
+    failures: u32,
+}
+
+impl Retry {
+    fn delay(&mut self) -> Duration {
+        let d = RETRY_MIN
+            .saturating_mul(1 << self.failures.min(10))
+            .min(RETRY_MAX);
+        self.failures += 1;
+        d
     }
 }
 
@@ -184,6 +157,7 @@ pub struct PeerConnection {
     target: NodeId,
     client: Result<PeerClient<Channel>, String>,
     links: Links,
+    retry: Retry,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -194,16 +168,15 @@ fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
     RPCError::Unreachable(Unreachable::new(&Msg(e.to_string())))
 }
 
+/// openraft's `Unreachable` (it backs off) for failures to reach the peer, `NetworkError`
+/// for what the peer answered.
 fn status_err(s: tonic::Status) -> RPCError<TypeConfig> {
-    match s.code() {
-        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-            unreachable(s.message())
-        }
-        _ => RPCError::Network(NetworkError::new(&Msg(format!(
-            "{}: {}",
-            s.code(),
-            s.message()
-        )))),
+    let f = PeerFailure::of_status(&s);
+    let msg = Msg(format!("{f}: {}", s.message()));
+    if f.is_transport() {
+        RPCError::Unreachable(Unreachable::new(&msg))
+    } else {
+        RPCError::Network(NetworkError::new(&msg))
     }
 }
 
@@ -231,18 +204,39 @@ impl PeerConnection {
         Fut: Future<Output = Result<tonic::Response<RaftBlob>, tonic::Status>>,
     {
         let client = self.client()?;
-        let r = match tokio::time::timeout(option.hard_ttl(), call(client)).await {
-            Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(s)) => Err(status_err(s)),
-            Err(_) => Err(unreachable(format!("peer {:x}: timed out", self.target))),
-        };
-        self.links.record(self.target, &r);
-        r
+        match tokio::time::timeout(option.hard_ttl(), call(client)).await {
+            Ok(r) => {
+                self.links.record(self.target, &r);
+                r.map(|r| r.into_inner()).map_err(status_err)
+            }
+            Err(_) => {
+                self.links.failed(self.target, PeerFailure::Timeout);
+                Err(unreachable(format!("peer {:x}: timed out", self.target)))
+            }
+        }
+    }
+
+    /// Called when a stream to the peer could not be opened: waits before the failure is
+    /// returned (and openraft tries again), unless the peer answers something meanwhile.
+    async fn pace(&mut self) {
+        let d = self.retry.delay();
+        self.links.wait_up(self.target, d).await;
     }
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerConnection {
     type SnapshotData = Vec<u8>;
+
+    /// openraft's own backoff, applied once a stream is open (a peer that answers but accepts
+    /// nothing, or a stream that broke). It starts short because it is also paid once by the
+    /// first request after a down peer returns; opening streams is paced by `pace`.
+    fn backoff(&self) -> Option<Backoff> {
+        Some(Backoff::new((0..).map(|i: u32| {
+            Duration::from_millis(10)
+                .saturating_mul(1 << i.min(7))
+                .min(RETRY_MAX)
+        })))
+    }
 
     async fn append_entries(
         &mut self,
@@ -271,10 +265,26 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
         Box::pin(async move {
-            let mut client = self.client()?;
+            let mut client = match self.client() {
+                Ok(c) => c,
+                Err(e) => {
+                    self.links.failed(self.target, PeerFailure::BadAddress);
+                    self.pace().await;
+                    return Err(e);
+                }
+            };
             let resp = client.stream_append(input.map(|r| blob(&r))).await;
             self.links.record(self.target, &resp);
-            let resp = resp.map_err(status_err)?;
+            let resp = match resp {
+                Ok(r) => {
+                    self.retry = Retry::default();
+                    r
+                }
+                Err(s) => {
+                    self.pace().await;
+                    return Err(status_err(s));
+                }
+            };
             let (links, target) = (self.links.clone(), self.target);
             let out = resp.into_inner().map(move |item| {
                 links.record(target, &item);
@@ -318,10 +328,14 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let mut client = self
-            .client
-            .clone()
-            .map_err(|e| StreamingError::Unreachable(Unreachable::new(&Msg(e))))?;
+        let mut client = match self.client.clone() {
+            Ok(c) => c,
+            Err(e) => {
+                self.links.failed(self.target, PeerFailure::BadAddress);
+                self.pace().await;
+                return Err(StreamingError::Unreachable(Unreachable::new(&Msg(e))));
+            }
+        };
         let header = encode(&(vote, snapshot.meta.clone()));
         let data = snapshot.snapshot;
         let mut chunks = vec![SnapshotChunk {
@@ -338,9 +352,19 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
         self.links.record(self.target, &resp);
-        let resp = resp.map_err(|s| {
-            StreamingError::Unreachable(Unreachable::new(&Msg(s.message().to_string())))
-        })?;
+        let resp = match resp {
+            Ok(r) => {
+                self.retry = Retry::default();
+                r
+            }
+            Err(s) => {
+                let f = PeerFailure::of_status(&s);
+                self.pace().await;
+                return Err(StreamingError::Unreachable(Unreachable::new(&Msg(
+                    format!("{f}: {}", s.message()),
+                ))));
+            }
+        };
         bincode::deserialize(&resp.into_inner().data)
             .map_err(|e| StreamingError::Unreachable(Unreachable::new(&Msg(e.to_string()))))
     }

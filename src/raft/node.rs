@@ -25,6 +25,7 @@ use prost::Message;
 
 use super::log_store::LogStore;
 use super::network::Channels;
+use super::peer_error::PeerFailure;
 use super::read_batch::Coalescer;
 use super::state_machine::StateMachine;
 use super::types::{Command, Member, NodeId, Raft};
@@ -67,35 +68,6 @@ impl ProposeError {
             ProposeError::Internal(msg.strip_prefix("etcdserver: ").unwrap_or(msg).to_string())
         })
     }
-}
-
-/// Whether a forwarding call failed because no connection to the leader could be made, so the
-/// request never left this member. A failure on an established connection may come after the
-/// leader appended the entry.
-fn failed_to_connect(s: &tonic::Status) -> bool {
-    use std::error::Error;
-    if s.code() != tonic::Code::Unavailable {
-        return false;
-    }
-    let mut cur: Option<&(dyn Error + 'static)> = s.source();
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionRefused
-                    | std::io::ErrorKind::HostUnreachable
-                    | std::io::ErrorKind::NetworkUnreachable
-                    | std::io::ErrorKind::AddrNotAvailable
-            ) {
-                return true;
-            }
-        }
-        if e.to_string().contains("tcp connect error") {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
 }
 
 /// A member's Raft node with its storage.
@@ -277,7 +249,7 @@ impl RaftNode {
             // reached at all: the request entered no log, so try the next leader.
             Ok(Err(s))
                 if (s.code() == tonic::Code::FailedPrecondition && s.message() == NOT_LEADER)
-                    || failed_to_connect(&s) =>
+                    || PeerFailure::of_status(&s).never_sent() =>
             {
                 Err(Retry::Again)
             }
@@ -379,36 +351,6 @@ enum Retry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::kvdpb::peer_client::PeerClient;
-
-    /// A refused connection is the one transport failure after which a write is sent again.
-    #[tokio::test]
-    async fn only_a_refused_connection_counts_as_never_sent() {
-        // A port nothing listens on: bind, note it, close.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let ch = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-            .unwrap()
-            .connect_lazy();
-        let s = PeerClient::new(ch)
-            .forward(ForwardRequest { request: None })
-            .await
-            .unwrap_err();
-        assert!(failed_to_connect(&s), "{s:?}");
-
-        // A leader's own answers, and statuses without a transport cause, are not.
-        for s in [
-            tonic::Status::unavailable("etcdserver: request timed out"),
-            tonic::Status::unavailable("etcdserver: leader changed"),
-            tonic::Status::unavailable("connection reset"),
-            tonic::Status::failed_precondition(NOT_LEADER),
-        ] {
-            assert!(!failed_to_connect(&s), "{s:?}");
-        }
-    }
 
     #[test]
     fn leader_answers_map_back_to_the_same_error() {

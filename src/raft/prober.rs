@@ -15,8 +15,9 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use tokio::sync::watch;
 
-use super::network::Links;
+use super::links::Links;
 use super::node::RaftNode;
+use super::peer_error::PeerFailure;
 use super::types::{Member, NodeId};
 use crate::proto::kvdpb::ProbeRequest;
 
@@ -44,7 +45,10 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
             async move { (id, probe(&node, &m, cluster_id).await) }
         });
         for (id, r) in futures::future::join_all(probes).await {
-            links.record(id, &r);
+            match r {
+                Ok(_) => links.ok(id),
+                Err(f) => links.failed(id, f),
+            }
             if r == Ok(true) {
                 tracing::warn!(
                     peer = %format!("{id:x}"),
@@ -58,14 +62,18 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
 }
 
 /// One probe: `Ok(removed)` when the peer answered.
-async fn probe(node: &RaftNode, peer: &Member, cluster_id: u64) -> Result<bool, ()> {
-    let mut c = node.channels.peer(peer).map_err(|_| ())?;
+async fn probe(node: &RaftNode, peer: &Member, cluster_id: u64) -> Result<bool, PeerFailure> {
+    let mut c = node
+        .channels
+        .peer(peer)
+        .map_err(|_| PeerFailure::BadAddress)?;
     let call = c.probe(ProbeRequest {
         cluster_id,
         member_id: node.id,
     });
     match tokio::time::timeout(PROBE_TIMEOUT, call).await {
         Ok(Ok(r)) => Ok(r.into_inner().removed),
-        _ => Err(()),
+        Ok(Err(s)) => Err(PeerFailure::of_status(&s)),
+        Err(_) => Err(PeerFailure::Timeout),
     }
 }

@@ -35,7 +35,7 @@ use crate::proto::etcdserverpb::{
 use crate::proto::kvdpb::{
     membership_request, membership_response, MembershipRequest, RemovedRequest,
 };
-use crate::raft::network::Links;
+use crate::raft::links::Links;
 use crate::raft::node::REQUEST_TIMEOUT;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::Membership;
