@@ -163,7 +163,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
         /// Raw bytes, biased towards the tags that open messages and groups.
         #[test]
         fn any_bytes_decode_or_fail_cleanly(
@@ -178,7 +178,7 @@ mod tests {
         /// A deep valid txn with bytes changed at random places.
         #[test]
         fn mutated_deep_txns_decode_or_fail_cleanly(
-            levels in 100usize..200,
+            levels in 100usize..160,
             flips in proptest::collection::vec((proptest::num::usize::ANY, proptest::num::u8::ANY), 1..8),
         ) {
             let mut data = crate::proto::depth::tests::nested_txn_bytes(levels);
