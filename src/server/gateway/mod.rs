@@ -18,6 +18,7 @@ pub mod json;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
+use futures::StreamExt;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -209,11 +210,25 @@ async fn refuse_oversized(
         .and_then(|v| v.parse::<u64>().ok());
     match announced {
         Some(len) if len > max_body as u64 => {
+            // Read (and drop) what the client is sending before answering, up to a bound:
+            // a client still writing when the connection closes sees a broken pipe, not the
+            // answer. Past the bound the connection is closed anyway.
+            let mut body = req.into_body().into_data_stream();
+            let mut drained = 0usize;
+            while drained < DRAIN_LIMIT {
+                match body.next().await {
+                    Some(Ok(chunk)) => drained += chunk.len(),
+                    _ => break,
+                }
+            }
             json::unary_error(&crate::server::oversize::too_large(len, max_msg as u64))
         }
         _ => next.run(req).await,
     }
 }
+
+/// How much of an oversized body is read and dropped before it is refused.
+const DRAIN_LIMIT: usize = 64 << 20;
 
 /// etcd's default CORS handling of its HTTP endpoints: every answer allows any origin, and a
 /// preflight `OPTIONS` is answered 200 without reaching the handler.
