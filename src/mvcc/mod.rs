@@ -719,12 +719,22 @@ impl MvccStore {
 
     /// Every lease as (id, granted TTL), by id.
     pub fn leases(&self) -> Result<Vec<(i64, i64)>, MvccError> {
+        self.leases_between(|| {})
+    }
+
+    /// [`Self::leases`], running `between` after the pending snapshot and before sled is
+    /// read: tests commit there, which is where a concurrent commit can land.
+    fn leases_between(&self, between: impl FnOnce()) -> Result<Vec<(i64, i64)>, MvccError> {
+        // Pending first (see `pending`): a batch committed after this snapshot is in sled by
+        // the time sled is read; read the other way round, it would be in neither.
+        let pending = self.inner.pending.leases();
+        between();
         let mut all = BTreeMap::new();
         for item in self.inner.lease.iter() {
             let (k, v) = item?;
             all.insert(decode_i64(&k)?, decode_i64(&v)?);
         }
-        for (id, ttl) in self.inner.pending.leases() {
+        for (id, ttl) in pending {
             match ttl {
                 Some(t) => all.insert(id, t),
                 None => all.remove(&id),

@@ -1480,3 +1480,20 @@ fn hot_key_history_stays_readable() {
     assert_eq!(s.get_at(b"hot", 2).unwrap().unwrap().value, b"0");
     assert_eq!(s.get_at(b"hot", 2501).unwrap().unwrap().value, b"2499");
 }
+
+/// A commit between the two reads of `leases()` must not hide the committed batch (it did
+/// when sled was read before the pending buffer: the batch left the buffer after sled was
+/// read). A revoke committed in between must not resurrect the lease either.
+#[test]
+fn leases_sees_a_batch_committed_between_its_reads() {
+    let (_d, _db, s) = temp_store();
+    one(&s, grant(1, 10)).unwrap();
+    s.commit().unwrap();
+    let grants: Vec<_> = (2..=100).map(|id| grant(id, 10)).collect();
+    s.apply(&grants, &[]).unwrap();
+    one(&s, revoke(1)).unwrap();
+    let listed = s.leases_between(|| s.commit().unwrap()).unwrap();
+    let want: Vec<_> = (2..=100).map(|id| (id, 10)).collect();
+    assert_eq!(listed, want);
+    assert_eq!(s.leases().unwrap(), want);
+}
