@@ -116,13 +116,19 @@ async fn storm(s: &Storm, ch: Channel, other: Channel, give_up: Duration) -> Out
         .into_inner()
         .id;
     let (ka_tx, ka_rx) = mpsc::channel(1);
+    // Sent before the call: etcd answers the call only with the first response.
+    ka_tx
+        .send(LeaseKeepAliveRequest { id: live })
+        .await
+        .unwrap();
     let mut ka = ll
         .lease_keep_alive(ReceiverStream::new(ka_rx))
         .await
         .unwrap()
         .into_inner();
     let mut keep_alive_failures = 0;
-    let mut next_keep_alive = Instant::now();
+    assert!(ka.message().await.unwrap().unwrap().ttl > 0);
+    let mut next_keep_alive = Instant::now() + Duration::from_secs(1);
 
     // The other client: one put at a time, timed, until every storm key is gone.
     let mut kv = KvClient::new(other);
