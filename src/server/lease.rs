@@ -303,9 +303,10 @@ async fn follow_leadership(node: &RaftNode) {
             lessor.demote();
             tracing::info!("no longer lease primary");
         }
-        if metrics.changed().await.is_err() {
-            lessor.demote();
-            return;
+        // Also on a timer: a promotion that failed to load the leases is retried.
+        tokio::select! {
+            r = metrics.changed() => if r.is_err() { lessor.demote(); return },
+            () = tokio::time::sleep(EXPIRY_CHECK) => {}
         }
     }
 }
