@@ -15,6 +15,8 @@
 //!   applied while primary starts with its full TTL.
 //! - A lease handed out by [`Lessor::expired`] is not handed out again for
 //!   [`REVOKE_RETRY`], so a slow revoke is not proposed twice, yet a failed one is retried.
+//! - [`Lessor::expired`] hands out a bounded number at a time, longest expired first, so a
+//!   storm of expiries is revoked in paced batches, oldest first (etcd's `leaseRevokeRate`).
 //!
 //! Times are tokio instants so the logic can be tested with paused time.
 
@@ -193,21 +195,40 @@ impl Lessor {
         }
     }
 
-    /// Leases whose time is up and whose revoke should be proposed now.
-    pub fn expired(&self) -> Vec<i64> {
+    /// Revokes were applied.
+    pub fn revoked_all(&self, ids: &[i64]) {
         let mut st = self.lock();
-        if !st.primary {
+        for id in ids {
+            st.leases.remove(id);
+        }
+    }
+
+    /// At most `max` leases whose time is up and whose revoke should be proposed now, the
+    /// longest expired first, by id. The rest wait for a later call: the caller paces a storm
+    /// of expiries instead of proposing every revoke at once.
+    pub fn expired(&self, max: usize) -> Vec<i64> {
+        let mut st = self.lock();
+        if !st.primary || max == 0 {
             return Vec::new();
         }
         let now = Instant::now();
-        let mut out = Vec::new();
-        for (id, e) in st.leases.iter_mut() {
-            if e.expiry <= now && e.next_revoke.is_none_or(|t| t <= now) {
-                out.push(*id);
+        let mut due: Vec<(Instant, i64)> = st
+            .leases
+            .iter()
+            .filter(|(_, e)| e.expiry <= now && e.next_revoke.is_none_or(|t| t <= now))
+            .map(|(id, e)| (e.expiry, *id))
+            .collect();
+        if due.len() > max {
+            due.select_nth_unstable(max - 1);
+            due.truncate(max);
+        }
+        let mut out: Vec<i64> = due.into_iter().map(|(_, id)| id).collect();
+        out.sort_unstable();
+        for id in &out {
+            if let Some(e) = st.leases.get_mut(id) {
                 e.next_revoke = Some(now + REVOKE_RETRY);
             }
         }
-        out.sort_unstable();
         out
     }
 }
@@ -232,7 +253,7 @@ mod tests {
         assert_eq!(l.renew(1), Lookup::NotPrimary);
         assert_eq!(l.time_to_live(1), Lookup::NotPrimary);
         tokio::time::advance(10 * S).await;
-        assert!(l.expired().is_empty());
+        assert!(l.expired(usize::MAX).is_empty());
     }
 
     #[tokio::test(start_paused = true)]
@@ -242,22 +263,22 @@ mod tests {
         l.granted(7, 5);
         assert_eq!(l.time_to_live(7), Lookup::Found((5, 5)));
         tokio::time::advance(4 * S).await;
-        assert!(l.expired().is_empty());
+        assert!(l.expired(usize::MAX).is_empty());
         assert_eq!(l.renew(7), Lookup::Found(5));
         tokio::time::advance(4 * S).await;
-        assert!(l.expired().is_empty());
+        assert!(l.expired(usize::MAX).is_empty());
         assert_eq!(l.time_to_live(7), Lookup::Found((5, 1)));
         tokio::time::advance(S).await;
-        assert_eq!(l.expired(), vec![7]);
+        assert_eq!(l.expired(usize::MAX), vec![7]);
         // Expired: no renewal, and no second revoke until the retry interval passed.
         assert_eq!(l.renew(7), Lookup::NotFound);
-        assert!(l.expired().is_empty());
+        assert!(l.expired(usize::MAX).is_empty());
         tokio::time::advance(REVOKE_RETRY).await;
-        assert_eq!(l.expired(), vec![7]);
+        assert_eq!(l.expired(usize::MAX), vec![7]);
         l.revoked(7);
         assert_eq!(l.time_to_live(7), Lookup::NotFound);
         tokio::time::advance(REVOKE_RETRY).await;
-        assert!(l.expired().is_empty());
+        assert!(l.expired(usize::MAX).is_empty());
     }
 
     #[tokio::test(start_paused = true)]
@@ -265,19 +286,19 @@ mod tests {
         let l = Lessor::default();
         l.promote(&[(1, 3), (2, 10)], 2 * S);
         tokio::time::advance(4 * S).await;
-        assert!(l.expired().is_empty());
+        assert!(l.expired(usize::MAX).is_empty());
         tokio::time::advance(S).await;
-        assert_eq!(l.expired(), vec![1]);
+        assert_eq!(l.expired(usize::MAX), vec![1]);
         l.demote();
         assert_eq!(l.renew(2), Lookup::NotPrimary);
         tokio::time::advance(60 * S).await;
-        assert!(l.expired().is_empty());
+        assert!(l.expired(usize::MAX).is_empty());
         // A new term starts the clock again.
         l.promote(&[(2, 10)], 2 * S);
         tokio::time::advance(11 * S).await;
-        assert!(l.expired().is_empty());
+        assert!(l.expired(usize::MAX).is_empty());
         tokio::time::advance(S).await;
-        assert_eq!(l.expired(), vec![2]);
+        assert_eq!(l.expired(usize::MAX), vec![2]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -290,5 +311,28 @@ mod tests {
         assert_eq!(l.time_to_live(2), Lookup::Found((5, 5)));
         l.sync(&[(2, 5)]);
         assert_eq!(l.time_to_live(1), Lookup::NotFound);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_hands_out_at_most_max_longest_expired_first() {
+        let l = Lessor::default();
+        l.promote(&[], Duration::ZERO);
+        for id in 1..=5 {
+            l.granted(id, 10);
+        }
+        tokio::time::advance(S).await;
+        for id in [9, 8] {
+            l.granted(id, 10);
+        }
+        tokio::time::advance(10 * S).await;
+        assert_eq!(l.expired(3), vec![1, 2, 3]);
+        assert_eq!(l.expired(2), vec![4, 5]);
+        l.revoked_all(&[1, 2, 3, 4]);
+        tokio::time::advance(S).await;
+        assert_eq!(l.expired(1), vec![8]);
+        assert_eq!(l.expired(5), vec![9]);
+        tokio::time::advance(REVOKE_RETRY).await;
+        assert_eq!(l.expired(5), vec![5, 8, 9]);
+        assert!(l.expired(0).is_empty());
     }
 }

@@ -224,6 +224,9 @@ impl<'a> Batch<'a> {
             WriteRequest::Compact(c) => WriteResponse::Compact(self.compact(c)?),
             WriteRequest::LeaseGrant(g) => WriteResponse::LeaseGrant(self.lease_grant(g)?),
             WriteRequest::LeaseRevoke(r) => WriteResponse::LeaseRevoke(self.lease_revoke(r)?),
+            WriteRequest::LeaseRevokeMany(ids) => {
+                WriteResponse::LeaseRevoke(self.lease_revoke_many(ids)?)
+            }
         })
     }
 
@@ -252,6 +255,32 @@ impl<'a> Batch<'a> {
             return Err(MvccError::LeaseNotFound);
         }
         let keys = super::lease_keys_in(&*self, self.cur, req.id)?;
+        self.revoke_with_keys(req.id, keys)?;
+        Ok(LeaseRevokeResponse {
+            header: header(self.cur),
+        })
+    }
+
+    /// [`WriteRequest::LeaseRevokeMany`]. One scan finds every listed lease's keys: the
+    /// revokes only delete, so no key changes lease between the scan and its revoke.
+    fn lease_revoke_many(&mut self, ids: &[i64]) -> Result<LeaseRevokeResponse, MvccError> {
+        let mut live = Vec::with_capacity(ids.len());
+        let mut seen = std::collections::HashSet::with_capacity(ids.len());
+        for &id in ids {
+            if seen.insert(id) && self.lease_ttl(id)?.is_some() {
+                live.push(id);
+            }
+        }
+        let mut keys = super::leases_keys_in(&*self, self.cur, &live.iter().copied().collect())?;
+        for id in live {
+            self.revoke_with_keys(id, keys.remove(&id).unwrap_or_default())?;
+        }
+        Ok(LeaseRevokeResponse {
+            header: header(self.cur),
+        })
+    }
+
+    fn revoke_with_keys(&mut self, id: i64, keys: Vec<Vec<u8>>) -> Result<(), MvccError> {
         let mut ctx = self.ctx();
         for key in keys {
             let d = DeleteRangeRequest {
@@ -261,10 +290,8 @@ impl<'a> Batch<'a> {
             self.delete_range(&mut ctx, &d)?;
         }
         self.finish(&ctx);
-        self.set_lease(req.id, None);
-        Ok(LeaseRevokeResponse {
-            header: header(self.cur),
-        })
+        self.set_lease(id, None);
+        Ok(())
     }
 
     fn ctx(&self) -> Ctx {

@@ -116,6 +116,11 @@ pub enum WriteRequest {
     /// `id` must be non-zero and `ttl` final: the proposer chooses both.
     LeaseGrant(LeaseGrantRequest),
     LeaseRevoke(LeaseRevokeRequest),
+    /// Revokes the listed leases in list order, each exactly as a [`Self::LeaseRevoke`]
+    /// would (its own revision if it had keys), skipping ids that are not leases: the leader
+    /// proposes expired leases in batches, racing client revokes. Answered with a
+    /// `LeaseRevoke` response carrying the revision after the last one.
+    LeaseRevokeMany(Vec<i64>),
 }
 
 /// The response to a [`WriteRequest`]. `header.revision` is the store revision after the
@@ -694,12 +699,22 @@ impl MvccStore {
 
     /// Every lease as (id, granted TTL), by id.
     pub fn leases(&self) -> Result<Vec<(i64, i64)>, MvccError> {
+        self.leases_between(|| {})
+    }
+
+    /// [`Self::leases`], running `between` after the pending snapshot and before sled is
+    /// read: tests commit there, which is where a concurrent commit can land.
+    fn leases_between(&self, between: impl FnOnce()) -> Result<Vec<(i64, i64)>, MvccError> {
+        // Pending first (see `pending`): a batch committed after this snapshot is in sled by
+        // the time sled is read; read the other way round, it would be in neither.
+        let pending = self.inner.pending.leases();
+        between();
         let mut all = BTreeMap::new();
         for item in self.inner.lease.iter() {
             let (k, v) = item?;
             all.insert(decode_i64(&k)?, decode_i64(&v)?);
         }
-        for (id, ttl) in self.inner.pending.leases() {
+        for (id, ttl) in pending {
             match ttl {
                 Some(t) => all.insert(id, t),
                 None => all.remove(&id),
@@ -754,12 +769,25 @@ fn lease_ttl_in(pending: &Pending, tree: &sled::Tree, id: i64) -> Result<Option<
 }
 
 /// Live keys at `rev` whose value carries lease `id`. A full scan: leases are looked up by
-/// key rarely (revoke, time-to-live with keys), and no second index can go stale.
+/// key rarely (revoke, time-to-live with keys), and no second index can go stale. Batched
+/// expiry revokes share one scan ([`leases_keys_in`]), so a lease storm is not one scan per
+/// lease.
 fn lease_keys_in(view: &dyn View, rev: i64, id: i64) -> Result<Vec<Vec<u8>>, MvccError> {
+    let mut by_lease = leases_keys_in(view, rev, &[id].into())?;
+    Ok(by_lease.remove(&id).unwrap_or_default())
+}
+
+/// Live keys at `rev` attached to each of `ids` (leases without keys are absent), each in
+/// key order; one scan.
+fn leases_keys_in(
+    view: &dyn View,
+    rev: i64,
+    ids: &std::collections::HashSet<i64>,
+) -> Result<std::collections::HashMap<i64, Vec<Vec<u8>>>, MvccError> {
     let (kvs, _) = view::live_kvs(view, &KeyRange::From(Vec::new()), rev, 0, false)?;
-    Ok(kvs
-        .into_iter()
-        .filter(|kv| kv.lease == id)
-        .map(|kv| kv.key)
-        .collect())
+    let mut out = std::collections::HashMap::<i64, Vec<Vec<u8>>>::new();
+    for kv in kvs.into_iter().filter(|kv| ids.contains(&kv.lease)) {
+        out.entry(kv.lease).or_default().push(kv.key);
+    }
+    Ok(out)
 }

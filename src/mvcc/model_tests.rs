@@ -209,7 +209,9 @@ impl Model {
                     header: hdr(self.cur()),
                 })
             }
-            WriteRequest::LeaseGrant(_) | WriteRequest::LeaseRevoke(_) => {
+            WriteRequest::LeaseGrant(_)
+            | WriteRequest::LeaseRevoke(_)
+            | WriteRequest::LeaseRevokeMany(_) => {
                 unreachable!("the generator makes no lease requests")
             }
         };

@@ -340,6 +340,7 @@ fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
         R::Compaction(c) => Some(WriteRequest::Compact(c)),
         R::LeaseGrant(g) => Some(WriteRequest::LeaseGrant(g)),
         R::LeaseRevoke(r) => Some(WriteRequest::LeaseRevoke(r)),
+        R::LeaseRevokeMany(r) => Some(WriteRequest::LeaseRevokeMany(r.ids)),
         R::Publish(_) => None,
     }
 }
@@ -461,6 +462,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             match (req, res) {
                 (WriteRequest::LeaseGrant(g), Ok(_)) => self.shared.lessor.granted(g.id, g.ttl),
                 (WriteRequest::LeaseRevoke(r), Ok(_)) => self.shared.lessor.revoked(r.id),
+                (WriteRequest::LeaseRevokeMany(ids), Ok(_)) => self.shared.lessor.revoked_all(ids),
                 _ => {}
             }
         }

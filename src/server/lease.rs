@@ -2,8 +2,8 @@
 //!
 //! Grants and revokes are replicated writes. Expiry is the leader's alone: keep-alives and
 //! time-to-live queries are answered from the leader's in-memory [`Lessor`] (a follower
-//! forwards them over the peer protocol), and a task on the leader proposes a revoke for every
-//! lease whose time is up.
+//! forwards them over the peer protocol), and a task on the leader proposes the revokes of
+//! leases whose time is up, in batches (one `LeaseRevokeMany` entry each), one at a time.
 //!
 //! Invariants:
 //! - The lessor is primary exactly while Raft metrics name this member leader; promotion
@@ -32,12 +32,18 @@ use crate::proto::etcdserverpb::{
 };
 use crate::proto::kvdpb::internal_request::Request as In;
 use crate::proto::kvdpb::internal_response::Response as Out;
-use crate::proto::kvdpb::InternalRequest;
+use crate::proto::kvdpb::{InternalRequest, LeaseRevokeManyRequest};
 use crate::raft::node::REQUEST_TIMEOUT;
 use crate::raft::RaftNode;
 
 /// How often the leader looks for expired leases (etcd checks every 500ms).
 const EXPIRY_CHECK: Duration = Duration::from_millis(500);
+/// Most expired leases revoked by one log entry. The entry's apply scans the live keys once
+/// for all of them (not once per lease), so a batch costs about one revoke.
+const REVOKE_BATCH: usize = 500;
+/// Pause between two revoke batches: a storm is revoked at up to `REVOKE_BATCH` per (apply
+/// time + pause), at most 5,000 leases/s (etcd: 1,000/s), with room for client writes.
+const REVOKE_PAUSE: Duration = Duration::from_millis(100);
 
 /// Leader side of a keep-alive: the lease's TTL, 0 for an unknown or expired lease.
 pub fn keep_alive_local(node: &RaftNode, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
@@ -265,15 +271,22 @@ impl Lease for LeaseService {
     }
 }
 
-/// Keeps the lessor primary exactly while this member leads, and while it does, proposes
-/// revokes for expired leases. Runs until the Raft node shuts down.
+/// Keeps the lessor primary exactly while this member leads, and while it does, revokes
+/// expired leases in paced batches. Runs until the Raft node shuts down.
 pub async fn lessor_duties(node: RaftNode) {
+    tokio::select! {
+        () = follow_leadership(&node) => {}
+        () = revoke_expired(&node) => {}
+    }
+}
+
+/// Promotes and demotes the lessor with this member's leadership; returns when the Raft node
+/// shuts down.
+async fn follow_leadership(node: &RaftNode) {
     let lessor = &node.sm.shared.lessor;
     // Server metrics (term, leader, state, membership) rather than the full metrics, which change
     // on every append and apply.
     let mut metrics = node.raft.server_metrics();
-    let mut tick = tokio::time::interval(EXPIRY_CHECK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let leading = {
             let m = metrics.borrow_watched();
@@ -289,25 +302,61 @@ pub async fn lessor_duties(node: RaftNode) {
             lessor.demote();
             tracing::info!("no longer lease primary");
         }
-        for id in lessor.expired() {
-            let node = node.clone();
-            tokio::spawn(async move {
-                let req = InternalRequest {
-                    request: Some(In::LeaseRevoke(LeaseRevokeRequest { id })),
-                };
-                match node.propose(req).await {
-                    Ok(_) => {
-                        tracing::debug!(lease = %format!("{id:016x}"), "expired lease revoked")
-                    }
-                    Err(e) => {
-                        tracing::warn!(lease = %format!("{id:016x}"), "revoking expired lease: {e}")
-                    }
-                }
-            });
-        }
+        // Also on a timer: a promotion that failed to load the leases is retried.
         tokio::select! {
             r = metrics.changed() => if r.is_err() { lessor.demote(); return },
-            _ = tick.tick() => {}
+            () = tokio::time::sleep(EXPIRY_CHECK) => {}
         }
+    }
+}
+
+/// Proposes the revokes of expired leases, [`REVOKE_BATCH`] per entry, one entry at a time,
+/// [`REVOKE_PAUSE`] apart. One batch in flight bounds what a storm adds to the log and to
+/// memory, and client writes queue behind at most one batch.
+async fn revoke_expired(node: &RaftNode) {
+    let lessor = &node.sm.shared.lessor;
+    // (start, leases revoked) of a storm: a run of full batches, summarised when it ends.
+    let mut storm: Option<(Instant, usize)> = None;
+    let mut failed_batches = 0usize;
+    loop {
+        let ids = lessor.expired(REVOKE_BATCH);
+        if ids.is_empty() {
+            tokio::time::sleep(EXPIRY_CHECK).await;
+            continue;
+        }
+        let n = ids.len();
+        let req = InternalRequest {
+            request: Some(In::LeaseRevokeMany(LeaseRevokeManyRequest { ids })),
+        };
+        match node.propose(req).await {
+            Ok(_) => {
+                if failed_batches > 0 {
+                    tracing::info!(failed_batches, "revoking expired leases works again");
+                    failed_batches = 0;
+                }
+                if n == REVOKE_BATCH && storm.is_none() {
+                    storm = Some((Instant::now(), 0));
+                    tracing::info!("many leases expired at once: revoking in paced batches");
+                }
+                match storm.as_mut() {
+                    Some((_, total)) => *total += n,
+                    None => tracing::debug!(leases = n, "expired leases revoked"),
+                }
+                if n < REVOKE_BATCH {
+                    if let Some((start, total)) = storm.take() {
+                        let secs = format!("{:.1}", start.elapsed().as_secs_f64());
+                        tracing::info!(leases = total, secs, "expired leases revoked");
+                    }
+                }
+            }
+            // Retried after `REVOKE_RETRY`; one line per outage, not per batch.
+            Err(e) => {
+                if failed_batches == 0 {
+                    tracing::warn!(leases = n, "revoking expired leases: {e}; will retry");
+                }
+                failed_batches += 1;
+            }
+        }
+        tokio::time::sleep(REVOKE_PAUSE).await;
     }
 }
