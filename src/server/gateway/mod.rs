@@ -18,12 +18,12 @@ pub mod json;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use futures::StreamExt;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
+use futures::StreamExt;
 
 use super::cluster::ClusterService;
 use super::kv::KvService;
