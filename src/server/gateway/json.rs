@@ -306,4 +306,59 @@ mod tests {
         let mut s = MessageStream::new(futures::stream::iter(parts));
         assert!(s.next::<WatchRequest>().await.unwrap().is_err());
     }
+
+    /// Bodies as a hostile client sends them: random bytes, deeply nested JSON, and valid
+    /// requests with bytes changed. Decoding answers or refuses; it never panics or
+    /// overflows the stack (serde_json stops at 128 levels of nesting).
+    mod fuzz {
+        use super::*;
+        use crate::proto::etcdserverpb::{LeaseGrantRequest, PutRequest};
+
+        fn decode_all(body: &[u8]) {
+            let _ = decode_unary::<TxnRequest>(body);
+            let _ = decode_unary::<RangeRequest>(body);
+            let _ = decode_unary::<PutRequest>(body);
+            let _ = decode_unary::<WatchRequest>(body);
+            let _ = decode_unary::<LeaseGrantRequest>(body);
+        }
+
+        #[test]
+        fn deeply_nested_json_is_refused() {
+            for open in ["[", "{\"a\":", "{\"success\":[{\"request_txn\":"] {
+                let body = open.repeat(100_000);
+                assert!(decode_unary::<TxnRequest>(body.as_bytes()).is_err());
+                decode_all(body.as_bytes());
+            }
+        }
+
+        const VALID: &str = r#"{"compare":[{"key":"Zm9v","target":"MOD","result":"EQUAL","mod_revision":"2"}],
+            "success":[{"request_put":{"key":"Zm9v","value":"YmF6"}},{"request_txn":{"success":[{"request_range":{"key":"YQ==","limit":"3"}}]}}],
+            "failure":[{"request_delete_range":{"key":"Zm9v","range_end":"AA=="}}]}"#;
+
+        proptest::proptest! {
+            #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+            #[test]
+            fn random_bodies_decode_or_fail_cleanly(body in proptest::collection::vec(proptest::num::u8::ANY, 0..2048)) {
+                decode_all(&body);
+            }
+
+            #[test]
+            fn mutated_requests_decode_or_fail_cleanly(
+                flips in proptest::collection::vec((proptest::num::usize::ANY, proptest::num::u8::ANY), 1..6),
+            ) {
+                let mut body = VALID.as_bytes().to_vec();
+                for (at, b) in flips {
+                    let n = body.len();
+                    body[at % n] = b;
+                }
+                decode_all(&body);
+            }
+        }
+
+        #[test]
+        fn the_valid_request_decodes() {
+            let t = decode_unary::<TxnRequest>(VALID.as_bytes()).unwrap();
+            assert_eq!(t.success.len(), 2);
+        }
+    }
 }
