@@ -30,9 +30,10 @@
 //!   at most [`EVENTS_PER_READ`] events (plus the rest of the last revision) per unsynced
 //!   watcher.
 //! - Memory is bounded: the response channel holds [`STREAM_BUFFER`] responses, the hub
-//!   [`HUB_BUFFER`](super::watch_hub::HUB_BUFFER) batches; a client that stops reading makes its stream task wait on
-//!   `send`, which blocks nothing else, and when it reads again its watchers catch up from
-//!   the store.
+//!   [`HUB_BUFFER`](super::watch_hub::HUB_BUFFER) batches. A client that stops reading fills
+//!   the channel; its stream then drops its hub subscription before it waits (so the hub
+//!   retains nothing on its behalf), blocks nothing else, and when the client reads again
+//!   subscribes anew and its watchers catch up from the store, as after a lag.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
@@ -118,15 +119,11 @@ impl Watch for WatchService {
             synced_ranges: BTreeSet::new(),
             unsynced: BTreeSet::new(),
             frontier,
+            batches: Some(batches),
             next_auto_id: 0,
             deferred_progress: false,
         };
-        tokio::spawn(stream.run(
-            req.into_inner(),
-            batches,
-            self.progress_interval,
-            require_leader,
-        ));
+        tokio::spawn(stream.run(req.into_inner(), self.progress_interval, require_leader));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -190,6 +187,8 @@ struct WatchStream {
     unsynced: BTreeSet<i64>,
     /// The next revision the hub will send this stream: synced watchers' cursor.
     frontier: i64,
+    /// The hub's batches; `None` while the client does not read (see [`Self::send`]).
+    batches: Option<broadcast::Receiver<Arc<Batch>>>,
     next_auto_id: i64,
     /// A progress request arrived while some watcher was behind; answer once none is.
     deferred_progress: bool,
@@ -199,7 +198,6 @@ impl WatchStream {
     async fn run(
         mut self,
         mut inbound: Streaming<WatchRequest>,
-        mut batches: broadcast::Receiver<Arc<Batch>>,
         progress_interval: Duration,
         require_leader: bool,
     ) {
@@ -212,9 +210,26 @@ impl WatchStream {
         // etcd keeps serving after the client half-closes; only the response side ends it.
         let mut inbound_open = true;
         loop {
+            // Back from a stall: the batches published meanwhile were not received; the
+            // synced watchers take them from the store, as after a lag.
+            if self.batches.is_none() {
+                let Some((frontier, b)) = self.hub.subscribe() else {
+                    let _ = self.tx.send(Err(ApiError::Stopped.into())).await;
+                    return;
+                };
+                if frontier > self.frontier {
+                    self.desync_all();
+                    self.frontier = frontier;
+                }
+                self.batches = Some(b);
+            }
             let behind = match self.sync().await {
                 Ok(b) => b,
                 Err(Gone) => return,
+            };
+            let Some(batches) = self.batches.as_mut() else {
+                // The client stalled again during the catch-up; subscribe when it reads.
+                continue;
             };
             let step = tokio::select! {
                 biased;
@@ -261,8 +276,19 @@ impl WatchStream {
         }
     }
 
-    async fn send(&self, resp: WatchResponse) -> Result<(), Gone> {
-        self.tx.send(Ok(resp)).await.map_err(|_| Gone)
+    /// Queues a response. A client that does not read fills the queue: the stream then lets
+    /// go of the hub before it waits, so the hub's buffer does not keep every batch published
+    /// while it waits (with large values, hundreds of MiB); [`Self::run`] subscribes again once
+    /// the client reads.
+    async fn send(&mut self, resp: WatchResponse) -> Result<(), Gone> {
+        match self.tx.try_send(Ok(resp)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Gone),
+            Err(mpsc::error::TrySendError::Full(resp)) => {
+                self.batches = None;
+                self.tx.send(resp).await.map_err(|_| Gone)
+            }
+        }
     }
 
     fn response(&self, revision: i64, watch_id: i64) -> WatchResponse {
@@ -616,7 +642,7 @@ impl WatchStream {
 
     /// Sends an event response, split like etcd's `sendFragments` when the watcher asked for
     /// fragments and the response exceeds the request size limit.
-    async fn send_events(&self, resp: WatchResponse, fragment: bool) -> Result<(), Gone> {
+    async fn send_events(&mut self, resp: WatchResponse, fragment: bool) -> Result<(), Gone> {
         let max = self.ctx.max_request_bytes;
         if !fragment || resp.encoded_len() < max || resp.events.len() < 2 {
             return self.send(resp).await;
