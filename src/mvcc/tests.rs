@@ -749,7 +749,15 @@ fn reopen_and_snapshot_roundtrip() {
         compact(&s, 2).unwrap();
         s.flush().unwrap();
     }
-    let db = sled::open(dir.path()).unwrap();
+    // The store's background threads let go of sled's lock shortly after the drop.
+    let db = (0..300)
+        .find_map(|_| {
+            sled::open(dir.path()).ok().or_else(|| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                None
+            })
+        })
+        .expect("reopen sled");
     let s = MvccStore::open(&db).unwrap();
     assert_eq!((s.current_revision(), s.compacted_revision()), (3, 2));
     let dump: Vec<_> = s.dump().map(Result::unwrap).collect();
