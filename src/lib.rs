@@ -1,14 +1,20 @@
 //! kvd: an etcd-compatible, Raft-replicated key-value store.
 //!
-//! Layers, bottom up: [`wal`] (fsynced write-ahead log), [`mvcc`] (etcd's revisioned key space
-//! on sled), [`raft`] (openraft on the WAL and the MVCC state machine, peer network), [`server`]
-//! (the etcd v3 gRPC services). [`config`] is the validated flag set; [`diskcheck`] measures a disk's fsync latency; [`metrics`] serves Prometheus metrics
-//! and `/health`. [`linearizability`] checks histories recorded by test clients.
+//! Layers, bottom up; each may use the ones below it and never one above (tests/layering.rs
+//! checks this on the source):
+//! - [`wal`]: the fsynced write-ahead log, and the disk probe (`wal::diskcheck`).
+//! - [`mvcc`]: etcd's revisioned key space, leases and members, on a storage engine.
+//! - [`raft`]: openraft on the WAL and the MVCC state machine, the peer network, the leader's
+//!   lease expiry tracking (`raft::lessor`).
+//! - [`server`]: the etcd v3 gRPC services, the JSON gateway, membership checks, the validated
+//!   flag set (`server::config`) and what a member exports about itself (`server::observe`).
+//! - The binaries (`cmd/`) sit on top.
+//!
+//! Two leaves any layer may use: [`metrics`] (counters, histograms, the Prometheus text
+//! writer) and [`proto`] (the generated etcd and peer messages, and their bounded decoder).
+//! Test-only code lives in the `kvd-testkit` crate (`testkit/`), or behind the `testkit`
+//! feature, which only integration tests enable.
 
-pub mod config;
-pub mod diskcheck;
-pub mod lease;
-pub mod linearizability;
 pub mod metrics;
 pub mod mvcc;
 pub mod proto;

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::faults::{LinkMode, ProxiedCluster};
-use kvd::linearizability::watch::check_watches;
-use kvd::linearizability::{check_history, CheckOptions, Input, Outcome, Output, Recorder};
 use kvd::proto::etcdserverpb::kv_client::KvClient;
 use kvd::proto::etcdserverpb::RangeRequest;
+use kvd_testkit::linearizability::watch::check_watches;
+use kvd_testkit::linearizability::{check_history, CheckOptions, Input, Outcome, Output, Recorder};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use workload::{client_loop, lazy_channel, run_op, watch_loop, watch_session, Targets, PREFIX};
@@ -228,8 +228,8 @@ async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats 
 /// Writes a failing run's history and watch streams to the temp dir for inspection.
 fn dump(
     seed: u64,
-    ops: &[kvd::linearizability::Operation],
-    watches: &[kvd::linearizability::watch::WatchHistory],
+    ops: &[kvd_testkit::linearizability::Operation],
+    watches: &[kvd_testkit::linearizability::watch::WatchHistory],
 ) {
     use std::fmt::Write;
     let mut s = String::new();

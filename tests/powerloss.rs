@@ -61,10 +61,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kvd::config::Flags;
 use kvd::proto::etcdserverpb::kv_client::KvClient;
 use kvd::proto::etcdserverpb::{PutRequest, RangeRequest};
 use kvd::proto::mvccpb::KeyValue;
+use kvd::server::config::Flags;
 use kvd::wal::{SimFs, WalBackend, WalOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;

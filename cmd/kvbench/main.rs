@@ -107,10 +107,10 @@ enum Cmd {
         #[arg(long, default_value = ".")]
         dir: std::path::PathBuf,
         /// Number of write+fdatasync iterations.
-        #[arg(long, default_value_t = kvd::diskcheck::DEFAULT_COUNT)]
+        #[arg(long, default_value_t = kvd::wal::diskcheck::DEFAULT_COUNT)]
         count: u64,
         /// Bytes per write.
-        #[arg(long, default_value_t = kvd::diskcheck::DEFAULT_SIZE)]
+        #[arg(long, default_value_t = kvd::wal::diskcheck::DEFAULT_SIZE)]
         size: usize,
     },
 }

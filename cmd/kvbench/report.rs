@@ -23,7 +23,7 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
-pub use kvd::diskcheck::PERCENTILES;
+pub use kvd::wal::diskcheck::PERCENTILES;
 
 /// `n` equal-width buckets from min to max latency (like etcd's tool): (upper bound us, count).
 pub fn buckets(h: &Histogram<u64>, n: usize) -> Vec<(u64, u64)> {

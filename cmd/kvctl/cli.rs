@@ -349,10 +349,10 @@ pub struct CheckDiskArgs {
     #[arg(long, default_value = ".")]
     pub dir: std::path::PathBuf,
     /// Number of write + fdatasync rounds
-    #[arg(long, default_value_t = kvd::diskcheck::DEFAULT_COUNT)]
+    #[arg(long, default_value_t = kvd::wal::diskcheck::DEFAULT_COUNT)]
     pub count: u64,
     /// Bytes per write (etcd's fio recipe uses 2300, a typical WAL batch)
-    #[arg(long, default_value_t = kvd::diskcheck::DEFAULT_SIZE)]
+    #[arg(long, default_value_t = kvd::wal::diskcheck::DEFAULT_SIZE)]
     pub size: usize,
 }
 

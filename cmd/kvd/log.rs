@@ -7,7 +7,7 @@ use std::fmt::{self, Write as _};
 use std::io::IsTerminal;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kvd::config::{LogConfig, LogFormat, LogOutput};
+use kvd::server::config::{LogConfig, LogFormat, LogOutput};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;

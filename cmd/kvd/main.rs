@@ -7,7 +7,7 @@ mod log;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let flags = kvd::config::Flags::parse();
+    let flags = kvd::server::config::Flags::parse();
     let cfg = match flags.validate() {
         Ok(c) => c,
         Err(e) => {

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
 use std::task::{Context, Poll};
 
-type Table = BTreeMap<(String, String, &'static str), u64>;
+/// Handled RPCs by (service, method, code), as `grpc_server_handled_total` exports them.
+pub type Table = BTreeMap<(String, String, &'static str), u64>;
 
 /// Go's `codes.Code.String()` for codes 0..=16, which is what etcd's label values are.
 const CODE_NAMES: [&str; 17] = [
@@ -54,7 +55,8 @@ fn table() -> &'static Methods {
     T.get_or_init(Default::default)
 }
 
-pub(super) fn snapshot() -> Table {
+/// The handled-RPC counts so far.
+pub fn snapshot() -> Table {
     let t = table().read().unwrap_or_else(|e| e.into_inner());
     let mut out = Table::new();
     for (path, counts) in t.iter() {

@@ -1,10 +1,10 @@
 //! A lock-free histogram with etcd's disk-latency buckets (0.001 * 2^k s, k = 0..13), the same
-//! bounds as [`crate::wal::FSYNC_BUCKETS`] so both disk histograms line up on dashboards.
+//! bounds as [`DISK_BUCKETS`](super::DISK_BUCKETS) so both disk histograms line up on dashboards.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::wal::FSYNC_BUCKETS;
+use super::DISK_BUCKETS;
 
 /// Observations are stored per bucket (not cumulative) so `observe` is two atomic adds;
 /// [`AtomicHistogram::snapshot`] makes them cumulative for exposition.
@@ -15,7 +15,7 @@ pub struct AtomicHistogram {
 }
 
 /// Cumulative view, in the shape Prometheus exposes: `buckets[k]` counts observations
-/// `<= FSYNC_BUCKETS[k]`; the `+Inf` bucket is `count`.
+/// `<= DISK_BUCKETS[k]`; the `+Inf` bucket is `count`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HistogramSnapshot {
     pub buckets: [u64; 14],
@@ -42,7 +42,7 @@ impl AtomicHistogram {
 
     pub fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
-        if let Some(k) = FSYNC_BUCKETS.iter().position(|b| secs <= *b) {
+        if let Some(k) = DISK_BUCKETS.iter().position(|b| secs <= *b) {
             self.buckets[k].fetch_add(1, Ordering::Relaxed);
         }
         self.sum_nanos

@@ -1,23 +1,22 @@
-//! Prometheus metrics and the etcd-style `/health` probe, served over plain HTTP on
-//! `--listen-metrics-urls`.
+//! Metrics primitives: process-wide counters, atomic histograms, the recent-latency window
+//! and the Prometheus text writer. This module is a leaf: it depends on no other kvd module,
+//! so every layer (WAL, MVCC, Raft, server) may record into it. What reads a member's state to
+//! export it (the `/metrics` scrape, `/health`) belongs to the server layer
+//! (`server::observe`).
 //!
 //! Metric names, types and bucket bounds are etcd's, so etcd's Grafana dashboards and alerts
 //! work unchanged against kvd.
 //!
 //! Invariants:
-//! - Scraping never blocks the write path: WAL figures are an atomic snapshot
-//!   ([`crate::wal::Wal::stats`]), Raft figures come from openraft's metrics watch, and the
-//!   counters below are relaxed atomics. A scrape may therefore mix values from slightly
-//!   different instants; every counter is still monotonic on its own.
+//! - Recording never blocks: counters are relaxed atomics, histograms are arrays of atomics.
+//!   A scrape may therefore mix values from slightly different instants; every counter is
+//!   still monotonic on its own.
 //! - The counters in this module ([`BACKEND_COMMIT`], [`PROPOSALS_FAILED`],
-//!   [`PROPOSALS_PENDING`], [`COMPACTION_KEYS`], the gRPC table) are process-wide, like Go's default Prometheus
-//!   registry: the `kvd` binary runs one member per process, so they are that member's.
-//!   In-process test clusters share them.
-//! - `/health` is healthy exactly when [`crate::raft::RaftNode::has_leader`] is true, the same
-//!   check that makes `hasleader` requests fail with "no leader".
+//!   [`PROPOSALS_PENDING`], [`COMPACTION_KEYS`], the gRPC table) are process-wide, like Go's
+//!   default Prometheus registry: the `kvd` binary runs one member per process, so they are
+//!   that member's. In-process test clusters share them.
+//! - Every disk-latency histogram uses [`DISK_BUCKETS`], so they line up on dashboards.
 
-mod collect;
-mod endpoint;
 mod grpc;
 mod histogram;
 mod recent;
@@ -27,11 +26,23 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Mutex;
 
-pub use collect::{render, Scrape};
-pub use endpoint::{healthy, router, serve};
-pub use grpc::GrpcMetricsLayer;
-pub use histogram::AtomicHistogram;
+pub use grpc::{snapshot as grpc_table, GrpcMetricsLayer, Table as GrpcTable};
+pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use recent::{RecentLatency, RecentSummary, WINDOW_SECS};
+pub use text::TextWriter;
+
+/// Upper bounds (seconds) of etcd's disk latency histogram buckets
+/// (`etcd_disk_wal_fsync_duration_seconds`, `etcd_disk_backend_commit_duration_seconds`):
+/// 0.001 * 2^k, k = 0..13.
+pub const DISK_BUCKETS: [f64; 14] = {
+    let mut b = [0.0; 14];
+    let mut k = 0;
+    while k < 14 {
+        b[k] = 0.001 * (1u64 << k) as f64;
+        k += 1;
+    }
+    b
+};
 
 /// Duration of each sled transaction of the MVCC committer, one per ~100 ms of applied
 /// batches (etcd:

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::histogram::HistogramSnapshot;
-use crate::wal::FSYNC_BUCKETS;
+use super::DISK_BUCKETS;
 
 pub struct TextWriter {
     out: String,
@@ -80,10 +80,10 @@ impl TextWriter {
         }
     }
 
-    /// A histogram over etcd's disk buckets ([`FSYNC_BUCKETS`]).
+    /// A histogram over etcd's disk buckets ([`DISK_BUCKETS`]).
     pub fn histogram(&mut self, name: &str, help: &str, h: &HistogramSnapshot) {
         self.header(name, help, "histogram");
-        for (bound, c) in FSYNC_BUCKETS.iter().zip(h.buckets) {
+        for (bound, c) in DISK_BUCKETS.iter().zip(h.buckets) {
             let _ = writeln!(self.out, "{name}_bucket{{le=\"{bound}\"}} {c}");
         }
         let _ = writeln!(self.out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);

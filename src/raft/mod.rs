@@ -5,6 +5,7 @@
 
 mod background;
 pub mod error;
+pub mod lessor;
 pub mod limits;
 pub mod links;
 pub mod log_store;

@@ -1,5 +1,9 @@
 //! Server side of the peer protocol: hands openraft's RPCs to the local Raft node, and serves
 //! the leader's half of forwarded writes, read-index requests and membership changes.
+//!
+//! Lease expiry answers and membership checks are the server layer's: the peer service reaches
+//! them through [`LeaderDuties`], which the server implements and hands in, so this layer
+//! never names the one above it.
 
 use openraft::async_runtime::WatchReceiver;
 use std::pin::Pin;
@@ -16,17 +20,33 @@ use crate::proto::etcdserverpb::{
 };
 use crate::proto::kvdpb::peer_server::Peer;
 use crate::proto::kvdpb::{
-    ForwardRequest, ForwardResponse, MemberInfoRequest, MemberInfoResponse, MembershipRequest,
-    MembershipResponse, ProbeRequest, ProbeResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse,
-    RemovedRequest, RemovedResponse, SnapshotChunk,
+    membership_request, membership_response, ForwardRequest, ForwardResponse, MemberInfoRequest,
+    MemberInfoResponse, MembershipRequest, MembershipResponse, ProbeRequest, ProbeResponse,
+    RaftBlob, ReadIndexRequest, ReadIndexResponse, RemovedRequest, RemovedResponse, SnapshotChunk,
 };
-use crate::server::lease::{keep_alive_local, time_to_live_local};
-use crate::server::membership::Reconfig;
+
+/// What only the leader answers for its followers, beyond Raft itself: lease keep-alives and
+/// time-to-live queries (the leader alone tracks expiry) and membership changes (checked
+/// against the current configuration before they are proposed).
+#[tonic::async_trait]
+pub trait LeaderDuties: Send + Sync + 'static {
+    /// A keep-alive forwarded by a follower; FailedPrecondition when this member is not the
+    /// lease primary.
+    fn keep_alive(&self, id: i64) -> Result<LeaseKeepAliveResponse, Status>;
+    /// A time-to-live query forwarded by a follower; FailedPrecondition as for keep-alives.
+    fn time_to_live(&self, req: &LeaseTimeToLiveRequest)
+        -> Result<LeaseTimeToLiveResponse, Status>;
+    /// A membership change forwarded by a follower.
+    async fn reconfigure(
+        &self,
+        req: membership_request::Request,
+    ) -> Result<membership_response::Response, Status>;
+}
 
 pub struct PeerService {
     pub node: RaftNode,
     pub cluster_id: u64,
-    pub reconfig: std::sync::Arc<Reconfig>,
+    pub duties: std::sync::Arc<dyn LeaderDuties>,
     /// Set when the leader tells this member it has been removed.
     pub removed: tokio::sync::watch::Sender<bool>,
 }
@@ -184,7 +204,7 @@ impl Peer for PeerService {
             .into_inner()
             .request
             .ok_or_else(|| Status::invalid_argument("missing request"))?;
-        let response = self.reconfig.handle(inner).await?;
+        let response = self.duties.reconfigure(inner).await?;
         Ok(Response::new(MembershipResponse {
             response: Some(response),
         }))
@@ -217,13 +237,17 @@ impl Peer for PeerService {
         &self,
         req: Request<LeaseKeepAliveRequest>,
     ) -> Result<Response<LeaseKeepAliveResponse>, Status> {
-        keep_alive_local(&self.node, req.into_inner().id).map(Response::new)
+        self.duties
+            .keep_alive(req.into_inner().id)
+            .map(Response::new)
     }
 
     async fn lease_time_to_live(
         &self,
         req: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
-        time_to_live_local(&self.node, &req.into_inner()).map(Response::new)
+        self.duties
+            .time_to_live(&req.into_inner())
+            .map(Response::new)
     }
 }

@@ -41,7 +41,6 @@ use super::snapshot_file;
 use super::types::{
     Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
-use crate::lease::Lessor;
 use crate::mvcc::failpoint::crash_point;
 use crate::mvcc::{MvccError, MvccStore, WriteRequest, WriteResponse};
 use crate::proto::depth;
@@ -49,6 +48,7 @@ use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::proto::kvdpb::{
     internal_request, internal_response, InternalRequest, InternalResponse, MemberAttributes,
 };
+use crate::raft::lessor::Lessor;
 
 const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
 const META_MEMBERSHIP: &[u8] = b"raft/membership";

@@ -12,10 +12,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ServerError;
-use crate::config::{compute_cluster_id, compute_member_id, ClusterState, Config};
 use crate::proto::kvdpb::MemberInfoRequest;
 use crate::raft::network::Channels;
 use crate::raft::Member;
+use crate::server::config::{compute_cluster_id, compute_member_id, ClusterState, Config};
 
 const FORMAT: u32 = 1;
 const FILE: &str = "member.json";

@@ -7,7 +7,7 @@
 //!
 //! Invariants:
 //! - The lessor is primary exactly while Raft metrics name this member leader; promotion
-//!   happens with the election timeout as grace (see [`crate::lease`]).
+//!   happens with the election timeout as grace (see [`crate::raft::lessor`]).
 //! - A server-chosen lease id is chosen before proposing, so all members apply the same id;
 //!   the TTL in the log is already raised to the minimum.
 
@@ -23,7 +23,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::context::ServerCtx;
 use super::error::ApiError;
-use crate::lease::{min_ttl, Lookup, MAX_LEASE_TTL};
 use crate::proto::etcdserverpb::lease_server::Lease;
 use crate::proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -33,6 +32,7 @@ use crate::proto::etcdserverpb::{
 use crate::proto::kvdpb::internal_request::Request as In;
 use crate::proto::kvdpb::internal_response::Response as Out;
 use crate::proto::kvdpb::{InternalRequest, LeaseRevokeManyRequest};
+use crate::raft::lessor::{min_ttl, Lookup, MAX_LEASE_TTL};
 use crate::raft::node::REQUEST_TIMEOUT;
 use crate::raft::RaftNode;
 

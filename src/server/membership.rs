@@ -26,7 +26,6 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::ChangeMembers;
 
 use super::error::ApiError;
-use crate::config::compute_member_id;
 use crate::proto::etcdserverpb::{
     Member as EtcdMember, MemberAddRequest, MemberAddResponse, MemberPromoteRequest,
     MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
@@ -40,6 +39,7 @@ use crate::raft::node::REQUEST_TIMEOUT;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::Membership;
 use crate::raft::{Member, NodeId, RaftNode};
+use crate::server::config::compute_member_id;
 
 /// How long a member must have reached a peer without interruption for it to count as active
 /// (etcd's HealthInterval).

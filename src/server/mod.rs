@@ -10,15 +10,18 @@
 //! ```
 
 pub mod cluster;
+pub mod config;
 pub mod context;
 pub mod error;
 pub mod gateway;
 pub mod identity;
 pub mod kv;
+mod leader_duties;
 pub mod learner;
 pub mod lease;
 pub mod maintenance;
 pub mod membership;
+pub mod observe;
 pub mod oversize;
 pub mod watch_hub;
 pub mod watches;
@@ -35,7 +38,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::Routes;
 
-use crate::config::Config;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::lease_server::LeaseServer;
@@ -46,9 +48,10 @@ use crate::proto::kvdpb::{internal_request, InternalRequest, MemberAttributes};
 use crate::raft::links::Links;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Channels, NetworkFactory, MAX_PEER_MESSAGE};
-use crate::raft::peer_service::PeerService;
+use crate::raft::peer_service::{LeaderDuties, PeerService};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Member, Raft, RaftNode};
+use crate::server::config::Config;
 use context::ServerCtx;
 use learner::LearnerGuard;
 
@@ -157,7 +160,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         reads: Default::default(),
     };
 
-    if fresh && cfg.initial_cluster_state == crate::config::ClusterState::New {
+    if fresh && cfg.initial_cluster_state == crate::server::config::ClusterState::New {
         let members: BTreeMap<u64, Member> = ident
             .initial_members
             .iter()
@@ -195,12 +198,16 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
         let _ = rx.wait_for(|s| *s).await;
     };
 
+    let duties: Arc<dyn LeaderDuties> = Arc::new(leader_duties::ServerDuties {
+        node: node.clone(),
+        reconfig: reconfig.clone(),
+    });
     let mut tasks = Vec::new();
     for l in peer_listeners {
         let svc = PeerServer::new(PeerService {
             node: node.clone(),
             cluster_id: ident.cluster_id,
-            reconfig: reconfig.clone(),
+            duties: duties.clone(),
             removed: removed_tx.clone(),
         })
         .max_decoding_message_size(MAX_PEER_MESSAGE)
@@ -267,10 +274,10 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
 
     let mut aux = Vec::new();
     if !metrics_listeners.is_empty() {
-        let scrape = crate::metrics::Scrape::new(node.clone(), member_dir.join("sm").join("db"));
+        let scrape = observe::Scrape::new(node.clone(), member_dir.join("sm").join("db"));
         aux.push(tokio::spawn(scrape.clone().watch_leader()));
         for l in metrics_listeners {
-            let fut = crate::metrics::serve(l, scrape.clone(), stopped(stop_rx.clone()));
+            let fut = observe::serve(l, scrape.clone(), stopped(stop_rx.clone()));
             aux.push(tokio::spawn(async move {
                 if let Err(e) = fut.await {
                     tracing::warn!("metrics listener: {e}");

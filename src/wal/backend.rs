@@ -1,7 +1,7 @@
 //! Which file system a member's WAL lives on, and with which options.
 //!
 //! Production always uses the default: the real file system and an fdatasync per batch (the
-//! flags cannot change it). Whole-node power-loss tests put a [`SimFs`](super::SimFs) here so
+//! flags cannot change it). Whole-node power-loss tests put a `SimFs` (test builds only) here so
 //! a member running in-process (`server::run`) keeps its WAL in simulated storage that can lose
 //! power; nothing else about the member changes.
 

@@ -1,5 +1,5 @@
 //! The narrow file-system interface the WAL needs, so that tests can swap in
-//! [`SimFs`](super::simfs::SimFs) and simulate power loss.
+//! `wal::simfs::SimFs` (test builds only) and simulate power loss.
 
 use std::fs::{File, OpenOptions};
 use std::io;

@@ -90,10 +90,12 @@
 //! cannot make progress until they return.
 
 pub mod backend;
+pub mod diskcheck;
 mod flusher;
 pub mod format;
 pub mod fs;
 mod recovery;
+#[cfg(any(test, feature = "testkit"))]
 pub mod simfs;
 
 #[cfg(test)]
@@ -108,6 +110,7 @@ use std::time::Duration;
 
 pub use backend::WalBackend;
 pub use fs::{create_dir_durable, RealFs, WalFile, WalFs};
+#[cfg(any(test, feature = "testkit"))]
 pub use simfs::SimFs;
 
 /// What the Raft layer writes.
@@ -226,17 +229,9 @@ impl Default for WalOptions {
     }
 }
 
-/// Upper bounds (seconds) of the fsync latency histogram buckets, matching
-/// etcd's `etcd_disk_wal_fsync_duration_seconds`: 0.001 * 2^k, k = 0..13.
-pub const FSYNC_BUCKETS: [f64; 14] = {
-    let mut b = [0.0; 14];
-    let mut k = 0;
-    while k < 14 {
-        b[k] = 0.001 * (1u64 << k) as f64;
-        k += 1;
-    }
-    b
-};
+/// Upper bounds (seconds) of the fsync latency histogram buckets, etcd's
+/// `etcd_disk_wal_fsync_duration_seconds` ones.
+pub use crate::metrics::DISK_BUCKETS as FSYNC_BUCKETS;
 
 /// A snapshot of the WAL counters.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -5,8 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kvd::linearizability::watch::{EventKind, WatchEvent, WatchHistory};
-use kvd::linearizability::{Compare, Input, Kv, Outcome, Output, Recorder};
 use kvd::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use kvd::proto::etcdserverpb::kv_client::KvClient;
 use kvd::proto::etcdserverpb::request_op::Request;
@@ -18,6 +16,8 @@ use kvd::proto::etcdserverpb::{
     WatchCreateRequest, WatchRequest,
 };
 use kvd::proto::mvccpb::{event::EventType, KeyValue};
+use kvd_testkit::linearizability::watch::{EventKind, WatchEvent, WatchHistory};
+use kvd_testkit::linearizability::{Compare, Input, Kv, Outcome, Output, Recorder};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::transport::{Channel, Endpoint};

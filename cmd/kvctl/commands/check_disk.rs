@@ -1,5 +1,5 @@
 //! `check disk` (kvctl only; etcdctl has no such command): the local disk's write + fdatasync
-//! latency, measured by [`kvd::diskcheck`] exactly as `kvbench fsync` does, judged by etcd's
+//! latency, measured by [`kvd::wal::diskcheck`] exactly as `kvbench fsync` does, judged by etcd's
 //! guidance for WAL fsync (p99 < 10 ms). Exits 1 when the disk is too slow, like `check perf`
 //! on FAIL, so scripts can gate on it.
 use crate::cli::CheckDiskArgs;
@@ -19,7 +19,7 @@ pub async fn disk(ctx: &Ctx, a: CheckDiskArgs) -> Result<i32, CliError> {
         return Err(CliError::bad_args("--count must be positive"));
     }
     // Thousands of blocking fdatasyncs: off the async workers.
-    let r = tokio::task::spawn_blocking(move || kvd::diskcheck::run(&a.dir, a.count, a.size))
+    let r = tokio::task::spawn_blocking(move || kvd::wal::diskcheck::run(&a.dir, a.count, a.size))
         .await
         .map_err(|e| CliError::new(EXIT_ERROR, e.to_string()))?
         .map_err(|e| CliError::new(EXIT_ERROR, e.to_string()))?;

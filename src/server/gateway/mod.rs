@@ -315,7 +315,7 @@ async fn version() -> Response {
 /// etcd 3.4's client-port `/health`: `{"health":"true"}`, or `{"health":"false"}` with 503
 /// when the member has no leader (the same rule as the metrics listener's `/health`).
 async fn health(State(g): State<Arc<Gateway>>) -> Response {
-    if crate::metrics::healthy(&g.node) {
+    if crate::server::observe::healthy(&g.node) {
         plain(StatusCode::OK, r#"{"health":"true"}"#)
     } else {
         plain(StatusCode::SERVICE_UNAVAILABLE, "{\"health\":\"false\"}\n")

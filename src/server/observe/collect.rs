@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use openraft::async_runtime::WatchReceiver;
 
-use super::histogram::HistogramSnapshot;
-use super::text::TextWriter;
-use super::{grpc, BACKEND_COMMIT, COMPACTION_KEYS, PROPOSALS_FAILED, PROPOSALS_PENDING};
+use crate::metrics::{
+    grpc_table, HistogramSnapshot, TextWriter, BACKEND_COMMIT, COMPACTION_KEYS, PROPOSALS_FAILED,
+    PROPOSALS_PENDING,
+};
 use crate::raft::RaftNode;
 
 /// What a scrape reads from; cheap to clone into each HTTP handler.
@@ -137,7 +138,7 @@ pub fn render(s: &Scrape) -> String {
         "Total size of the underlying database physically allocated in bytes.",
         crate::server::maintenance::dir_size(&s.db_dir) as f64,
     );
-    let peers: Vec<(String, u64)> = super::PEER_SENT_FAILURES
+    let peers: Vec<(String, u64)> = crate::metrics::PEER_SENT_FAILURES
         .lock()
         .unwrap()
         .iter()
@@ -150,7 +151,7 @@ pub fn render(s: &Scrape) -> String {
             .iter()
             .map(|(to, n)| (vec![("To", to.as_str())], *n as f64)),
     );
-    let table = grpc::snapshot();
+    let table = grpc_table();
     w.counter_vec(
         "grpc_server_handled_total",
         "Total number of RPCs completed on the server, regardless of success or failure.",

@@ -1,0 +1,159 @@
+//! The layer rule, checked on the source: dependencies point down,
+//! metrics ← wal ← mvcc ← raft ← server ← cmd, with `metrics` and `proto` (generated etcd and
+//! peer messages) as leaves any layer may use. A file in a layer may name its own layer and
+//! the layers below it, never one above. The test-only crate (`testkit/`) is named by tests
+//! only. The rule is about module paths, so it reads `crate::<module>` and `kvd::<module>`
+//! paths; grouped imports (`crate::{a, b}`) are refused so that every path is visible here.
+
+use std::path::{Path, PathBuf};
+
+/// Top-level modules of the library, with their rank: a module may name ranks <= its own.
+const LAYERS: &[(&str, u32)] = &[
+    ("metrics", 0),
+    ("proto", 0),
+    ("wal", 1),
+    ("mvcc", 2),
+    ("raft", 3),
+    ("server", 4),
+];
+
+fn rank(module: &str) -> Option<u32> {
+    LAYERS.iter().find(|(m, _)| *m == module).map(|(_, r)| *r)
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Every module named right after `prefix` (`crate::`, `kvd::`) in `text`.
+fn named_modules<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.match_indices(prefix)
+        .filter(|(i, _)| {
+            // `kvd::` inside `kvd_testkit::` or another identifier is not a path into kvd.
+            *i == 0 || {
+                let b = text.as_bytes()[i - 1];
+                !(b.is_ascii_alphanumeric() || b == b'_')
+            }
+        })
+        .map(|(i, _)| {
+            let rest = &text[i + prefix.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect()
+}
+
+/// Whether some `super::super::..` chain in `text` climbs out of the file's top-level module
+/// to the crate root, where it could name any layer unseen by the check above.
+fn super_chain_reaches_root(rel: &Path, text: &str) -> bool {
+    let dirs = rel.components().count() - 1;
+    let is_mod = rel.file_name().is_some_and(|n| n == "mod.rs");
+    // How many `super::` the file's module is below the crate root.
+    let depth = if is_mod { dirs } else { dirs + 1 };
+    let longest = text
+        .match_indices("super::")
+        .map(|(i, _)| {
+            let mut n = 0;
+            let mut rest = &text[i..];
+            while let Some(r) = rest.strip_prefix("super::") {
+                n += 1;
+                rest = r;
+            }
+            n
+        })
+        .max()
+        .unwrap_or(0);
+    longest >= depth
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn no_module_names_a_layer_above_it() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        let Some(top) = rel.components().next() else {
+            continue;
+        };
+        let top = top.as_os_str().to_str().unwrap().trim_end_matches(".rs");
+        if top == "lib" {
+            continue;
+        }
+        let own = rank(top).unwrap_or_else(|| {
+            panic!(
+                "{}: module `{top}` has no layer in tests/layering.rs",
+                rel.display()
+            )
+        });
+        let text = std::fs::read_to_string(f).unwrap();
+        if text.contains("crate::{") {
+            violations.push(format!("{}: grouped `crate::{{..}}` import", rel.display()));
+        }
+        for m in named_modules(&text, "crate::") {
+            checked += 1;
+            match rank(m) {
+                Some(r) if r > own => violations.push(format!(
+                    "{}: layer `{top}` names `crate::{m}`, a layer above it",
+                    rel.display()
+                )),
+                // Leaves may name nothing but themselves.
+                Some(0) if own == 0 && m != top => violations.push(format!(
+                    "{}: leaf `{top}` names `crate::{m}`",
+                    rel.display()
+                )),
+                Some(_) => {}
+                None => violations.push(format!(
+                    "{}: names `crate::{m}`, which has no layer",
+                    rel.display()
+                )),
+            }
+        }
+        if super_chain_reaches_root(rel, &text) {
+            violations.push(format!(
+                "{}: a `super::` chain reaches the crate root; name `crate::..` instead",
+                rel.display()
+            ));
+        }
+        if text.contains("kvd_testkit") {
+            violations.push(format!("{}: library code names kvd_testkit", rel.display()));
+        }
+    }
+    assert!(checked > 100, "the scan found only {checked} paths");
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+#[test]
+fn binaries_do_not_use_test_only_code() {
+    let mut files = Vec::new();
+    rust_files(&root().join("cmd"), &mut files);
+    assert!(!files.is_empty());
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for bad in ["kvd_testkit", "simfs", "SimFs"] {
+            assert!(!text.contains(bad), "{}: names {bad}", f.display());
+        }
+    }
+}
+
+#[test]
+fn the_scanner_sees_paths() {
+    let t = "use crate::raft::RaftNode; let x = kvd::wal::Wal::open(); kvd_testkit::check();";
+    assert_eq!(named_modules(t, "crate::"), ["raft"]);
+    assert_eq!(named_modules(t, "kvd::"), ["wal"]);
+}
