@@ -4,7 +4,7 @@
 //! - `mvcc_apply_puts`: what the state machine pays per applied batch: the batch goes into the
 //!   pending buffer; the committer thread writes it to sled in the background (every 100 ms).
 //! - `mvcc_apply_commit_puts`: apply followed by an explicit commit, i.e. one sled transaction
-//!   per batch, which is what every apply paid before the pending buffer.
+//!   per batch: the cost the pending buffer takes off the apply path.
 //! - `mvcc_apply_compaction`: the apply of a compaction of 10k keys with 4 revisions each
 //!   (30k revisions removed): what every write waits for behind it. The key index and the
 //!   history are compacted later, in the background, and not measured here.

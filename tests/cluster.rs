@@ -351,8 +351,8 @@ async fn quorum_loss_fails_writes_then_recovers_with_nothing_lost() {
 
 /// A leader killed and restarted at once must not resume leadership in its old term: its
 /// WAL may lack entries it had already replicated (it sends before its own fsync), and
-/// writing new entries at those (term, index) slots made members diverge (found by
-/// tests/chaos.rs). Whoever leads afterwards leads in a newer term.
+/// writing new entries at those (term, index) slots makes members diverge
+/// (docs/decisions/0005-no-leader-restore.md). Whoever leads afterwards leads in a newer term.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_leader_does_not_resume_its_old_term() {
     let mut c = Cluster::start(3).await;
@@ -412,8 +412,8 @@ async fn oversized_requests_get_etcds_errors_and_write_nothing() {
 
 /// A range's header revision is the revision its data was read at. Writers create a new key
 /// per revision, so a listing at revision R holds exactly R - R0 keys; a header taken after
-/// the read (an apply in between) claims a revision whose keys the listing lacks. Found by the
-/// power-loss suite as "members disagree at the same revision".
+/// the read (an apply in between) claims a revision whose keys the listing lacks
+/// (docs/testing.md, "Whole-node power loss").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn range_header_revision_is_the_revision_read_at() {
     let c = Cluster::start(1).await;

@@ -178,7 +178,8 @@ async fn storm(s: &Storm, ch: Channel, other: Channel, give_up: Duration) -> Out
     }
 }
 
-/// Bounds that hold for kvd and etcd 3.4 alike (etcd: worst put 4-37 ms in the full storm).
+/// Bounds that hold for kvd and etcd 3.4 alike (both systems' storm numbers:
+/// docs/benchmarks.md, "Lease storm").
 fn check(s: &Storm, o: &Outcome, worst_put: Duration, keys_gone: Duration) {
     assert_eq!(o.keys_left, 0, "{o:?}");
     // Only while none has expired yet (a slow machine may grant slower than they expire).

@@ -1,7 +1,7 @@
-//! Requests that once stopped every member (issue 17): a txn nested deeper than prost's
-//! default recursion limit was accepted, committed, and then failed to decode on apply on
-//! every member, on every restart. Each request here gets etcd 3.4's answer, and the cluster
-//! keeps serving, before and after a restart of every member.
+//! Requests that must not stop a member: a deeply nested txn that decodes at the client port
+//! must also decode on apply, on every member and every restart
+//! (docs/decisions/0010-prost-without-recursion-limit.md). Each request here gets etcd 3.4's
+//! answer, and the cluster keeps serving, before and after a restart of every member.
 
 mod common;
 

@@ -35,11 +35,10 @@ fn main() {
 ///
 /// tokio's LIFO slot runs a task woken by the running task next, ahead of everything queued.
 /// When an apply completes a batch of puts, each handler sends its response and wakes its
-/// connection's task, which then runs at once and writes that one response: one `writev` per
-/// put (0.84 per put measured on the leader at 256 clients). Without the slot the handlers
-/// woken by the apply all run first, and each connection then writes every ready response in
-/// one call; put throughput at 64 clients rose by about 40% (docs/benchmarks.md, "LIFO
-/// slot"). The switch is behind `--cfg tokio_unstable`, which `.cargo/config.toml` sets; a
+/// connection's task, which then runs at once and writes that one response. Without the slot
+/// the handlers woken by the apply all run first, and each connection then writes every
+/// ready response in one call (docs/decisions/0006-tokio-lifo-slot-off.md has the numbers).
+/// The switch is behind `--cfg tokio_unstable`, which `.cargo/config.toml` sets; a
 /// build without it keeps tokio's default. `KVD_TOKIO_LIFO_SLOT=on` keeps the slot, for A/B
 /// runs.
 fn runtime(worker_threads: usize) -> tokio::runtime::Runtime {

@@ -6,7 +6,8 @@
 //! requests etcd answers and refused log entries that a leader had already committed. Without
 //! the limit, a hostile frame (deeply nested groups in an unknown field, or a txn nested a
 //! million times) would overflow the stack instead, so every decode of untrusted bytes first
-//! asks [`within`] whether the nesting stays under a bound the decoder's stack can take.
+//! asks [`within`] whether the nesting stays under a bound the decoder's stack can take
+//! (docs/decisions/0010-prost-without-recursion-limit.md).
 //!
 //! The scan knows no schema. It follows every length-delimited field that parses as protobuf
 //! as if it were a message, and every group, and reports the deepest level it reached. That is

@@ -1,9 +1,9 @@
 //! Long, deferrable work (building a snapshot) on its own thread at a lower CPU priority.
 //!
 //! Every member takes its snapshot at about the same log index, so copying and encoding the
-//! state (seconds for a large history) competed for the CPU with the applies and the WAL on
-//! all of them at once: single puts that usually take 1-2 ms took 150-250 ms while it ran
-//! (docs/benchmarks.md). A snapshot can wait; writes cannot.
+//! state (seconds for a large history) competes for the CPU with the applies and the WAL on
+//! all of them at once. A snapshot can wait; writes cannot (see
+//! docs/decisions/0002-snapshot-copy-off-the-apply-path.md).
 //!
 //! A dedicated thread, not tokio's blocking pool: Linux lets an unprivileged thread lower its
 //! priority but not raise it back, and a pooled thread would keep the lower priority for

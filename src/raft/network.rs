@@ -9,7 +9,8 @@
 //! going away and coming back). Besides openraft's RPCs, every member probes every peer
 //! (`super::prober`), so that view does not depend on being the leader.
 //!
-//! Invariants (pacing, so that a down peer costs the leader next to nothing):
+//! Invariants (pacing, so that a down peer costs the leader next to nothing; see
+//! docs/decisions/0012-paced-peer-retries.md):
 //! - openraft retries a replication stream as soon as opening it fails, and its own backoff
 //!   only applies once the request stream is polled, which tonic does only after connecting.
 //!   So a connection that cannot be opened is paced here: `stream_append` and `full_snapshot`

@@ -37,8 +37,8 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 }
 
 /// Bytes written between two fdatasyncs of a snapshot file. A snapshot is tens of MB, taken
-/// by every member at once: written in one go, its writeback queued ahead of the WAL's
-/// fdatasyncs on a shared disk and single puts took 150-250 ms meanwhile.
+/// by every member at once: written in one go, its writeback is queued ahead of the WAL's
+/// fdatasyncs on a shared disk (see docs/decisions/0001-snapshot-files-in-4-mib-steps.md).
 const SYNC_EVERY: usize = 4 << 20;
 
 /// Writes a snapshot durably (see the module doc).
@@ -136,10 +136,10 @@ pub fn latest(dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError>
 }
 
 /// Unlinks a big file after shrinking it [`SYNC_EVERY`] bytes at a time: freeing tens of MB
-/// at once (the file system discards the blocks) held the WAL's fdatasyncs up by 50-60 ms
-/// on this machine's disk, in steps by under 10 ms. Only old snapshots are removed this way;
-/// a crash midway leaves a short old file, which nothing reads (the newest one is used) and
-/// the next snapshot removes.
+/// at once (the file system discards the blocks) holds the WAL's fdatasyncs up far longer
+/// than the steps do (docs/decisions/0001-snapshot-files-in-4-mib-steps.md). Only old
+/// snapshots are removed this way; a crash midway leaves a short old file, which nothing
+/// reads (the newest one is used) and the next snapshot removes.
 ///
 /// A file that is gone already (removed by a concurrent removal) counts as removed.
 fn remove_in_steps(path: &Path) -> Result<(), StoreError> {

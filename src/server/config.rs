@@ -415,10 +415,8 @@ impl Flags {
 
 /// Half the CPUs, at least one. The async workers are not all of kvd's threads: the WAL
 /// flusher, the MVCC committer and sled's IO threads do the disk work beside them, and each
-/// hand-off between two busy workers costs a wake-up on the write path. On a 2-CPU machine
-/// one worker instead of two cut the 1-client put p50 by 15-25% and the CPU per put by
-/// 10-20%, for perhaps 5% of the qps at 64 clients (docs/benchmarks.md, "Worker
-/// threads").
+/// hand-off between two busy workers costs a wake-up on the write path (measurements in
+/// docs/decisions/0007-worker-threads-half-the-cpus.md).
 pub fn default_worker_threads() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cpus / 2).max(1)
@@ -545,8 +543,8 @@ mod tests {
             e.contains("--max-request-bytes") && e.contains("maximum"),
             "{e}"
         );
-        // The old behaviour: a limit above the WAL's record limit started, and the first
-        // request above 128 MiB poisoned the leader's WAL.
+        // A limit above the WAL's record limit would let a request that no WAL record can
+        // hold into the log (docs/decisions/0009-request-size-bounded-at-start.md).
         assert!(flags(&["--max-request-bytes", "200000000"]).is_err());
     }
 

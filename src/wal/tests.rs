@@ -1086,8 +1086,9 @@ fn hole_left_by_an_interrupted_purge() {
     assert_eq!(segment_files(&fs3), files, "nothing deleted");
 }
 
-/// An oversized record is refused by itself; the WAL keeps working (it used to fail in the
-/// flusher, which poisoned the WAL and so stopped the member).
+/// An oversized record is refused by itself; the WAL keeps working (refused in the flusher,
+/// it would poison the WAL and stop the member; see
+/// docs/decisions/0009-request-size-bounded-at-start.md).
 #[test]
 fn oversized_record_is_refused_without_poisoning() {
     let fs = SimFs::new();
