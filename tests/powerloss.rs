@@ -141,6 +141,7 @@ impl Sim {
     /// its own process), its WAL on its SimFs.
     fn start(&mut self, i: usize) {
         let n = &self.nodes[i];
+        wait_until_sled_unlocked(&n.data_dir);
         let client = n.client_url();
         let peer = format!("http://127.0.0.1:{}", n.peer_port);
         let flags = Flags::try_parse_from([
@@ -222,6 +223,25 @@ impl Sim {
 
     fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Node::client_url).collect()
+    }
+}
+
+/// Waits (up to 10 s) until no one holds the lock on a member's state-machine database. A
+/// member restarted in this process can otherwise find its previous life's lock still held:
+/// sled releases it only when its IO pool has finished the dropped database's last writes,
+/// a moment after the member's thread has ended. A separate process never sees this, as the
+/// lock dies with the process.
+fn wait_until_sled_unlocked(data_dir: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let path = data_dir.join("member/sm/db/db");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Ok(f) = std::fs::File::open(&path) {
+        // SAFETY: flock on a descriptor this function owns; released when `f` closes.
+        let locked = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if locked || Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

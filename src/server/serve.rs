@@ -1,0 +1,262 @@
+//! Serving, the middle stage of [`super::run`]: the peer protocol, the client services and
+//! their JSON gateway, the metrics listener, and the member's background duties (lease
+//! expiry, peer probes, publishing its attributes).
+//!
+//! Invariants:
+//! - Every server stops accepting when the shared stop signal is raised; background duties
+//!   are aborted by [`Serving::stop_background`] before Raft shuts down, so none of them
+//!   proposes into a stopping node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::service::Routes;
+
+use super::config::Config;
+use super::context::ServerCtx;
+use super::learner::LearnerGuard;
+use super::start::{Listeners, MemberDir};
+use super::{
+    cluster, gateway, kv, leader_duties, lease, maintenance, membership, observe, oversize, watches,
+};
+use crate::proto::etcdserverpb::cluster_server::ClusterServer;
+use crate::proto::etcdserverpb::kv_server::KvServer;
+use crate::proto::etcdserverpb::lease_server::LeaseServer;
+use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::etcdserverpb::watch_server::WatchServer;
+use crate::proto::kvdpb::peer_server::PeerServer;
+use crate::proto::kvdpb::{internal_request, InternalRequest, MemberAttributes};
+use crate::raft::links::Links;
+use crate::raft::network::MAX_PEER_MESSAGE;
+use crate::raft::peer_service::{LeaderDuties, PeerService};
+use crate::raft::RaftNode;
+
+/// What a serving member runs, to be stopped in order.
+pub struct Serving {
+    /// Peer and client servers: they finish their connections after the stop signal.
+    pub servers: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
+    /// Metrics listeners and the leader watcher: aborted at the end.
+    pub aux: Vec<JoinHandle<()>>,
+    /// Lease expiry, peer probes, publishing: aborted before Raft shuts down.
+    background: Vec<JoinHandle<()>>,
+    stop: watch::Sender<bool>,
+    /// Raised when the leader tells this member it has been removed; held here so that the
+    /// removal watch never sees every sender gone while the member serves.
+    _removed_tx: watch::Sender<bool>,
+    pub removed_rx: watch::Receiver<bool>,
+}
+
+impl Serving {
+    pub fn stop_background(&self) {
+        for t in &self.background {
+            t.abort();
+        }
+    }
+
+    /// Tells every server to stop accepting.
+    pub fn stop_servers(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Resolves when the stop signal is raised.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Starts every server and background duty of the member.
+pub fn serve(
+    cfg: &Config,
+    member: &MemberDir,
+    node: &RaftNode,
+    links: Links,
+    listeners: Listeners,
+) -> Serving {
+    let cluster_id = member.ident.cluster_id;
+    let reconfig = Arc::new(membership::Reconfig::new(
+        node.clone(),
+        links.clone(),
+        cluster_id,
+        cfg.initial_cluster_token.clone(),
+    ));
+    let (removed_tx, removed_rx) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(false);
+
+    let duties: Arc<dyn LeaderDuties> = Arc::new(leader_duties::ServerDuties {
+        node: node.clone(),
+        reconfig: reconfig.clone(),
+    });
+    let mut servers = Vec::new();
+    for l in listeners.peer {
+        let svc = PeerServer::new(PeerService {
+            node: node.clone(),
+            cluster_id,
+            duties: duties.clone(),
+            removed: removed_tx.clone(),
+        })
+        .max_decoding_message_size(MAX_PEER_MESSAGE)
+        .max_encoding_message_size(MAX_PEER_MESSAGE);
+        let fut = tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming_shutdown(incoming(l), stopped(stop_rx.clone()));
+        servers.push(tokio::spawn(fut));
+    }
+
+    let ctx = ServerCtx {
+        node: node.clone(),
+        cluster_id,
+        max_request_bytes: cfg.max_request_bytes,
+        max_txn_ops: cfg.max_txn_ops,
+        reconfig,
+    };
+    // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
+    // checks the request itself against max-request-bytes.
+    let max_msg = cfg.max_request_bytes + 512 * 1024;
+    let services = client_services(cfg, member, &ctx, max_msg);
+    for l in listeners.client {
+        let fut = tonic::transport::Server::builder()
+            // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
+            // the HTTP/2 preface), as etcd multiplexes both on its client port.
+            .accept_http1(true)
+            .add_routes(client_routes(&services, node, max_msg))
+            .serve_with_incoming_shutdown(incoming(l), stopped(stop_rx.clone()));
+        servers.push(tokio::spawn(fut));
+    }
+
+    let mut aux = Vec::new();
+    if !listeners.metrics.is_empty() {
+        let scrape = observe::Scrape::new(node.clone(), member.db_dir());
+        aux.push(tokio::spawn(scrape.clone().watch_leader()));
+        for l in listeners.metrics {
+            let fut = observe::serve(l, scrape.clone(), stopped(stop_rx.clone()));
+            aux.push(tokio::spawn(async move {
+                if let Err(e) = fut.await {
+                    tracing::warn!("metrics listener: {e}");
+                }
+            }));
+        }
+    }
+
+    let background = vec![
+        tokio::spawn(lease::lessor_duties(node.clone())),
+        tokio::spawn(crate::raft::prober::run(
+            node.clone(),
+            links,
+            cluster_id,
+            removed_tx.clone(),
+        )),
+        tokio::spawn(publish(
+            node.clone(),
+            cfg.name.clone(),
+            cfg.advertise_client_urls.clone(),
+        )),
+    ];
+    tracing::info!("ready to serve client requests");
+    Serving {
+        servers,
+        aux,
+        background,
+        stop,
+        _removed_tx: removed_tx,
+        removed_rx,
+    }
+}
+
+/// The etcd services, each refusing what a learner must not answer.
+fn client_services(
+    cfg: &Config,
+    member: &MemberDir,
+    ctx: &ServerCtx,
+    max_msg: usize,
+) -> gateway::Services {
+    let node = &ctx.node;
+    gateway::Services {
+        kv: LearnerGuard::new(
+            KvServer::new(kv::KvService { ctx: ctx.clone() })
+                .max_decoding_message_size(max_msg)
+                .max_encoding_message_size(usize::MAX),
+            node.clone(),
+        ),
+        watch: LearnerGuard::new(
+            WatchServer::new(watches::WatchService::new(
+                ctx.clone(),
+                cfg.watch_progress_notify_interval,
+            ))
+            .max_decoding_message_size(max_msg)
+            .max_encoding_message_size(usize::MAX),
+            node.clone(),
+        ),
+        lease: LearnerGuard::new(
+            LeaseServer::new(lease::LeaseService { ctx: ctx.clone() })
+                .max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
+        cluster: LearnerGuard::new(
+            ClusterServer::new(cluster::ClusterService { ctx: ctx.clone() })
+                .max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
+        maintenance: LearnerGuard::new(
+            MaintenanceServer::new(maintenance::MaintenanceService {
+                ctx: ctx.clone(),
+                db_dir: member.db_dir(),
+            })
+            .max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
+    }
+}
+
+/// A client listener's routes: the etcd gRPC services (counted by the gRPC metrics), the JSON
+/// gateway and its plain endpoints, and a fallback that answers gRPC calls to unknown methods
+/// with `Unimplemented` and anything else with 404.
+fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) -> Routes {
+    let grpc = Routes::new(services.kv.clone())
+        .add_service(services.watch.clone())
+        .add_service(services.lease.clone())
+        .add_service(services.cluster.clone())
+        .add_service(services.maintenance.clone())
+        .into_axum_router()
+        .layer(tower::util::MapResponseLayer::new(
+            oversize::etcd_size_error,
+        ))
+        .layer(crate::metrics::GrpcMetricsLayer);
+    Routes::from(
+        grpc.merge(gateway::router(services.clone(), node.clone(), max_msg))
+            .fallback(gateway::not_found),
+    )
+}
+
+/// Accepted connections with Nagle's algorithm off. Small gRPC responses (append acks,
+/// reads) otherwise wait for the peer's delayed ACK, tens of milliseconds each; tonic sets
+/// TCP_NODELAY only on listeners it binds itself.
+fn incoming(l: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true))
+}
+
+/// etcd's publish: once started, a member records its name and client URLs through the log so
+/// every member lists them. Retried until it succeeds (it needs a leader).
+async fn publish(node: RaftNode, name: String, client_urls: Vec<String>) {
+    let req = InternalRequest {
+        request: Some(internal_request::Request::Publish(MemberAttributes {
+            member_id: node.id,
+            name,
+            client_urls,
+        })),
+    };
+    loop {
+        match node.propose(req.clone()).await {
+            Ok(_) => {
+                tracing::info!("published member attributes");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!("publish: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
