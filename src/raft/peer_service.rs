@@ -184,7 +184,7 @@ impl Peer for PeerService {
             .into_inner()
             .request
             .ok_or_else(|| Status::invalid_argument("missing request"))?;
-        let response = self.reconfig.handle(inner).await?;
+        let response = self.reconfig.handle_forwarded(inner).await?;
         Ok(Response::new(MembershipResponse {
             response: Some(response),
         }))
