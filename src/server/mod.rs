@@ -221,6 +221,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
     let services = gateway::Services {
+        max_msg,
         kv: LearnerGuard::new(
             KvServer::new(kv::KvService { ctx: ctx.clone() })
                 .max_decoding_message_size(max_msg)
@@ -366,9 +367,9 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         .add_service(services.cluster.clone())
         .add_service(services.maintenance.clone())
         .into_axum_router()
-        .layer(tower::util::MapResponseLayer::new(
-            oversize::etcd_size_error,
-        ))
+        .layer(tower::layer::layer_fn(move |s| {
+            oversize::EtcdSizeError::new(s, max_msg)
+        }))
         .layer(crate::metrics::GrpcMetricsLayer);
     Routes::from(
         grpc.merge(gateway::router(services.clone(), node.clone(), max_msg))
