@@ -1,7 +1,9 @@
 //! Errors of the MVCC layer. `Display` strings are etcd's gRPC error messages so the API
-//! layer can pass them through verbatim.
+//! layer can pass them through verbatim; [`MvccError::kind`] is what the other layers go by.
 
 use serde::{Deserialize, Serialize};
+
+use crate::proto::kvdpb::ErrorCode;
 
 /// An error returned by the MVCC store or by the request validation helpers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -49,6 +51,48 @@ pub enum MvccError {
     /// The underlying storage failed or holds data this module cannot decode.
     #[error("kvd: mvcc: storage error: {0}")]
     Storage(String),
+}
+
+impl MvccError {
+    /// The error's etcd kind, which picks its gRPC code and travels between members.
+    pub fn kind(&self) -> ErrorCode {
+        match self {
+            MvccError::Compacted => ErrorCode::Compacted,
+            MvccError::FutureRev => ErrorCode::FutureRev,
+            MvccError::KeyNotFound => ErrorCode::KeyNotFound,
+            MvccError::TooManyOps => ErrorCode::TooManyOps,
+            MvccError::DuplicateKey => ErrorCode::DuplicateKey,
+            MvccError::EmptyKey => ErrorCode::EmptyKey,
+            MvccError::ValueProvided => ErrorCode::ValueProvided,
+            MvccError::LeaseProvided => ErrorCode::LeaseProvided,
+            MvccError::LeaseNotFound => ErrorCode::LeaseNotFound,
+            MvccError::LeaseExists => ErrorCode::LeaseExists,
+            MvccError::NoLeaseId => ErrorCode::NoLeaseId,
+            MvccError::InvalidSortOption => ErrorCode::InvalidSortOption,
+            MvccError::ReservedMetaKey(_) => ErrorCode::ReservedMetaKey,
+            MvccError::Storage(_) => ErrorCode::Storage,
+        }
+    }
+
+    /// The error of kind `kind`, for the kinds whose message is fixed (`None` for the others,
+    /// whose message carries data, and for kinds of other layers).
+    pub fn of_kind(kind: ErrorCode) -> Option<MvccError> {
+        Some(match kind {
+            ErrorCode::Compacted => MvccError::Compacted,
+            ErrorCode::FutureRev => MvccError::FutureRev,
+            ErrorCode::KeyNotFound => MvccError::KeyNotFound,
+            ErrorCode::TooManyOps => MvccError::TooManyOps,
+            ErrorCode::DuplicateKey => MvccError::DuplicateKey,
+            ErrorCode::EmptyKey => MvccError::EmptyKey,
+            ErrorCode::ValueProvided => MvccError::ValueProvided,
+            ErrorCode::LeaseProvided => MvccError::LeaseProvided,
+            ErrorCode::LeaseNotFound => MvccError::LeaseNotFound,
+            ErrorCode::LeaseExists => MvccError::LeaseExists,
+            ErrorCode::NoLeaseId => MvccError::NoLeaseId,
+            ErrorCode::InvalidSortOption => MvccError::InvalidSortOption,
+            _ => return None,
+        })
+    }
 }
 
 impl From<sled::Error> for MvccError {

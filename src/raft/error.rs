@@ -1,9 +1,58 @@
-//! Errors of the Raft storage layer (log store, state machine, snapshots).
+//! Errors of the Raft layer: [`StoreError`] for its storage (log store, state machine,
+//! snapshots), [`ProposeError`] for a request it replicates or reads through.
 
 use std::path::PathBuf;
 
 use crate::mvcc::MvccError;
+use crate::proto::kvdpb::ErrorCode;
 use crate::wal::WalError;
+
+/// Why a proposal or a read barrier failed. Messages are etcd's.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ProposeError {
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    /// The entry was appended but dropped from this leader's log (truncated by a new leader,
+    /// or purged under a snapshot): it may or may not commit elsewhere.
+    #[error("etcdserver: leader changed")]
+    LeaderChanged,
+    #[error("etcdserver: {0}")]
+    Internal(String),
+    /// The leader's answer to a forwarded write, of a kind with no variant here (an internal
+    /// error, or an answer from a member that sends no kind): passed on with its gRPC code and
+    /// message unchanged.
+    #[error("{1}")]
+    Leader(tonic::Code, String),
+}
+
+impl ProposeError {
+    /// The error's etcd kind, sent with a leader's answer to a forwarded write.
+    pub fn kind(&self) -> ErrorCode {
+        match self {
+            ProposeError::NoLeader => ErrorCode::NoLeader,
+            ProposeError::Timeout => ErrorCode::Timeout,
+            ProposeError::Stopped => ErrorCode::Stopped,
+            ProposeError::LeaderChanged => ErrorCode::LeaderChanged,
+            ProposeError::Internal(_) => ErrorCode::Internal,
+            ProposeError::Leader(..) => ErrorCode::Unspecified,
+        }
+    }
+
+    /// The error of kind `kind`, for the kinds whose message is fixed.
+    pub fn of_kind(kind: ErrorCode) -> Option<ProposeError> {
+        Some(match kind {
+            ErrorCode::NoLeader => ProposeError::NoLeader,
+            ErrorCode::Timeout => ProposeError::Timeout,
+            ErrorCode::Stopped => ProposeError::Stopped,
+            ErrorCode::LeaderChanged => ProposeError::LeaderChanged,
+            _ => return None,
+        })
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

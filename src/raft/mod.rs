@@ -19,8 +19,8 @@ pub mod snapshot_file;
 pub mod state_machine;
 pub mod types;
 
-pub use error::StoreError;
-pub use node::{ProposeError, RaftNode};
+pub use error::{ProposeError, StoreError};
+pub use node::RaftNode;
 pub use types::{Member, NodeId, Raft, TypeConfig};
 
 #[cfg(test)]

@@ -23,52 +23,19 @@ use bytes::Bytes;
 use openraft::raft::ReadPolicy;
 use prost::Message;
 
+pub use super::error::ProposeError;
 use super::log_store::LogStore;
 use super::network::Channels;
-use super::peer_error::PeerFailure;
+use super::peer_error::{self, PeerFailure};
 use super::read_batch::Coalescer;
 use super::state_machine::StateMachine;
 use super::types::{Command, Member, NodeId, Raft};
-use crate::proto::kvdpb::{ForwardRequest, InternalRequest, InternalResponse, ReadIndexRequest};
+use crate::proto::kvdpb::{
+    ErrorCode, ForwardRequest, InternalRequest, InternalResponse, ReadIndexRequest,
+};
 
 /// How long a request waits for a leader, for its commit, or for a read index.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A forwarded write's refusal by a member that is not the leader, before appending anything.
-const NOT_LEADER: &str = "not leader";
-
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum ProposeError {
-    #[error("etcdserver: no leader")]
-    NoLeader,
-    #[error("etcdserver: request timed out")]
-    Timeout,
-    #[error("etcdserver: server stopped")]
-    Stopped,
-    /// The entry was appended but dropped from this leader's log (truncated by a new leader,
-    /// or purged under a snapshot): it may or may not commit elsewhere.
-    #[error("etcdserver: leader changed")]
-    LeaderChanged,
-    #[error("etcdserver: {0}")]
-    Internal(String),
-}
-
-impl ProposeError {
-    /// The error a leader's forwarding answer stands for (its message is one of ours).
-    fn from_leader(msg: &str) -> ProposeError {
-        [
-            ProposeError::NoLeader,
-            ProposeError::Timeout,
-            ProposeError::Stopped,
-            ProposeError::LeaderChanged,
-        ]
-        .into_iter()
-        .find(|e| e.to_string() == msg)
-        .unwrap_or_else(|| {
-            ProposeError::Internal(msg.strip_prefix("etcdserver: ").unwrap_or(msg).to_string())
-        })
-    }
-}
 
 /// A member's Raft node with its storage.
 #[derive(Clone)]
@@ -245,22 +212,36 @@ impl RaftNode {
                 )))?;
                 Ok((resp, r.log_index))
             }
-            // The member we took for the leader refused before appending, or could not be
-            // reached at all: the request entered no log, so try the next leader.
-            Ok(Err(s))
-                if (s.code() == tonic::Code::FailedPrecondition && s.message() == NOT_LEADER)
-                    || PeerFailure::of_status(&s).never_sent() =>
-            {
-                Err(Retry::Again)
-            }
+            Ok(Err(s)) => Err(Self::forward_failed(&s)),
+        }
+    }
+
+    /// What a forwarded write's error status means for the request, by the kind the leader
+    /// sent and the status's transport cause.
+    fn forward_failed(s: &tonic::Status) -> Retry {
+        let kind = peer_error::kind_of(s);
+        let failure = PeerFailure::of_status(s);
+        // The member we took for the leader refused before appending, or could not be reached
+        // at all: the request entered no log, so try the next leader. A member that sends no
+        // kind answers a forwarded write FailedPrecondition only for that refusal.
+        let refused = kind == ErrorCode::NotLeader
+            || (kind == ErrorCode::Unspecified
+                && failure == PeerFailure::Status(tonic::Code::FailedPrecondition));
+        if refused || failure.never_sent() {
+            return Retry::Again;
+        }
+        if let Some(e) = ProposeError::of_kind(kind) {
+            return Retry::Fail(e);
+        }
+        match failure {
             // The leader's own answer (it may have appended the entry).
-            Ok(Err(s)) if s.message().starts_with("etcdserver: ") => {
-                Err(Retry::Fail(ProposeError::from_leader(s.message())))
+            PeerFailure::Status(code) => {
+                Retry::Fail(ProposeError::Leader(code, s.message().to_string()))
             }
             // The call broke on an established connection: the leader may have appended it.
-            Ok(Err(s)) => {
+            _ => {
                 tracing::debug!("forwarded write failed, outcome unknown: {s}");
-                Err(Retry::Fail(ProposeError::Timeout))
+                Retry::Fail(ProposeError::Timeout)
             }
         }
     }
@@ -273,9 +254,14 @@ impl RaftNode {
         let cmd = Command(Bytes::from(req.encode_to_vec()));
         match self.write_local(cmd, REQUEST_TIMEOUT).await {
             Ok(r) => Ok(r),
-            Err(Retry::Again) => Err(tonic::Status::failed_precondition(NOT_LEADER)),
-            // etcd's message, which the forwarding member passes on and never retries.
-            Err(Retry::Fail(e)) => Err(tonic::Status::unavailable(e.to_string())),
+            Err(Retry::Again) => Err(peer_error::not_leader()),
+            // etcd's message and its kind, which the forwarding member passes on and never
+            // retries.
+            Err(Retry::Fail(e)) => Err(peer_error::status_of_kind(
+                tonic::Code::Unavailable,
+                e.to_string(),
+                e.kind(),
+            )),
         }
     }
 
@@ -283,9 +269,7 @@ impl RaftNode {
     pub async fn local_read_index(&self) -> Result<u64, tonic::Status> {
         match self.raft.get_read_log_id(ReadPolicy::ReadIndex).await {
             Ok((read, _)) => Ok(read.index()),
-            Err(e) if e.forward_to_leader().is_some() => {
-                Err(tonic::Status::failed_precondition("not leader"))
-            }
+            Err(e) if e.forward_to_leader().is_some() => Err(peer_error::not_leader()),
             Err(e) => Err(tonic::Status::unavailable(e.to_string())),
         }
     }
@@ -352,6 +336,13 @@ enum Retry {
 mod tests {
     use super::*;
 
+    /// A leader's answer to a forwarded write, as the forwarding member receives it.
+    fn received(s: tonic::Status) -> tonic::Status {
+        let mut h = http::HeaderMap::new();
+        s.add_header(&mut h).unwrap();
+        tonic::Status::from_header_map(&h).unwrap()
+    }
+
     #[test]
     fn leader_answers_map_back_to_the_same_error() {
         for e in [
@@ -359,9 +350,56 @@ mod tests {
             ProposeError::Timeout,
             ProposeError::Stopped,
             ProposeError::LeaderChanged,
-            ProposeError::Internal("boom".into()),
         ] {
-            assert_eq!(ProposeError::from_leader(&e.to_string()), e);
+            let s = received(peer_error::status_of_kind(
+                tonic::Code::Unavailable,
+                e.to_string(),
+                e.kind(),
+            ));
+            match RaftNode::forward_failed(&s) {
+                Retry::Fail(got) => assert_eq!(got, e),
+                Retry::Again => panic!("{e:?} retried"),
+            }
+        }
+        // A kind without a variant here: passed on as the leader sent it.
+        let e = ProposeError::Internal("boom".into());
+        let s = received(peer_error::status_of_kind(
+            tonic::Code::Unavailable,
+            e.to_string(),
+            e.kind(),
+        ));
+        match RaftNode::forward_failed(&s) {
+            Retry::Fail(got) => assert_eq!(
+                got,
+                ProposeError::Leader(tonic::Code::Unavailable, "etcdserver: boom".into())
+            ),
+            Retry::Again => panic!("retried"),
+        }
+    }
+
+    #[test]
+    fn refusals_before_appending_are_sent_again() {
+        assert!(matches!(
+            RaftNode::forward_failed(&received(peer_error::not_leader())),
+            Retry::Again
+        ));
+        // From a member that sends no kind.
+        assert!(matches!(
+            RaftNode::forward_failed(&received(tonic::Status::failed_precondition("not leader"))),
+            Retry::Again
+        ));
+        // Its other answers pass on unchanged, whatever their text.
+        match RaftNode::forward_failed(&received(tonic::Status::unavailable(
+            "etcdserver: leader changed",
+        ))) {
+            Retry::Fail(e) => assert_eq!(
+                e,
+                ProposeError::Leader(
+                    tonic::Code::Unavailable,
+                    "etcdserver: leader changed".into()
+                )
+            ),
+            Retry::Again => panic!("retried"),
         }
     }
 }

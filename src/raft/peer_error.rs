@@ -1,4 +1,5 @@
-//! Why an RPC to a peer failed, read from the error's types (never its text).
+//! Why an RPC to a peer failed, read from the error's types (never its text), and the kind
+//! ([`ErrorCode`]) a member's error status carries in its details.
 //!
 //! Invariants:
 //! - [`PeerFailure::never_sent`] holds only when no connection to the peer was established for
@@ -8,6 +9,40 @@
 
 use std::error::Error;
 use std::io::ErrorKind;
+
+use prost::Message;
+
+use crate::proto::kvdpb::{ErrorCode, PeerError};
+
+/// A peer RPC's error status: `code` and `message` as a client of the receiving member would
+/// get them, `kind` in the status details for the receiver to act on.
+pub fn status_of_kind(
+    code: tonic::Code,
+    message: impl Into<String>,
+    kind: ErrorCode,
+) -> tonic::Status {
+    let details = PeerError { code: kind as i32 }.encode_to_vec();
+    tonic::Status::with_details(code, message, details.into())
+}
+
+/// The kind a peer's error status carries: `Unspecified` for a status made by this member's
+/// transport, or sent by a member that sends no kind.
+pub fn kind_of(s: &tonic::Status) -> ErrorCode {
+    PeerError::decode(s.details())
+        .ok()
+        .and_then(|e| ErrorCode::try_from(e.code).ok())
+        .unwrap_or(ErrorCode::Unspecified)
+}
+
+/// The answer of a member that is not the leader to a request only the leader serves; it
+/// proposed nothing, so the request may go to the leader.
+pub fn not_leader() -> tonic::Status {
+    status_of_kind(
+        tonic::Code::FailedPrecondition,
+        "not leader",
+        ErrorCode::NotLeader,
+    )
+}
 
 /// One failed exchange with a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -46,7 +46,8 @@ use crate::mvcc::{MvccError, MvccStore, WriteRequest, WriteResponse};
 use crate::proto::depth;
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::proto::kvdpb::{
-    internal_request, internal_response, InternalRequest, InternalResponse, MemberAttributes,
+    internal_request, internal_response, ErrorCode, InternalRequest, InternalResponse,
+    MemberAttributes,
 };
 use crate::raft::lessor::Lessor;
 
@@ -473,12 +474,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 Slot::Empty => InternalResponse {
                     response: None,
                     revision: current,
+                    ..Default::default()
                 },
                 Slot::Undecodable => InternalResponse {
                     response: Some(internal_response::Response::Error(
                         UNDECODABLE_ENTRY.to_string(),
                     )),
                     revision: current,
+                    error_code: ErrorCode::UndecodableEntry as i32,
                 },
                 Slot::Request(i) => match std::mem::replace(
                     &mut results[i],
@@ -489,11 +492,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         InternalResponse {
                             response: Some(r),
                             revision: rev,
+                            ..Default::default()
                         }
                     }
                     Err(e) => InternalResponse {
                         response: Some(internal_response::Response::Error(e.to_string())),
                         revision: current,
+                        error_code: e.kind() as i32,
                     },
                 },
             };

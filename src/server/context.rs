@@ -50,9 +50,13 @@ impl ServerCtx {
         if req.encoded_len() > self.max_request_bytes {
             return Err(ApiError::RequestTooLarge);
         }
-        let InternalResponse { response, .. } = self.node.propose(req).await?;
+        let InternalResponse {
+            response,
+            error_code,
+            ..
+        } = self.node.propose(req).await?;
         match response {
-            Some(internal_response::Response::Error(e)) => Err(ApiError::Applied(e)),
+            Some(internal_response::Response::Error(e)) => Err(ApiError::applied(error_code, e)),
             Some(r) => Ok(r),
             None => Err(ApiError::Internal("empty apply result".into())),
         }

@@ -1,11 +1,19 @@
 //! The one place where errors become gRPC statuses, with etcd's codes and messages.
 //!
+//! Each layer has one error enum ([`MvccError`], [`ProposeError`], [`ApiError`]); each variant
+//! names its etcd kind ([`ErrorCode`], which is also what crosses the peer protocol), and
+//! [`grpc_code`] gives each kind etcd's gRPC code (etcd's api/v3rpc/rpctypes/error.go). The
+//! JSON gateway calls the gRPC services in process, so its error bodies come from the same
+//! statuses.
+//!
 //! etcd's clients recognise server errors by their message text (clientv3's rpctypes map the
 //! string back to a typed error), so the message must be etcd's, byte for byte.
 
 use tonic::{Code, Status};
 
 use crate::mvcc::MvccError;
+use crate::proto::kvdpb::ErrorCode;
+use crate::raft::peer_error;
 use crate::raft::ProposeError;
 
 /// Errors a client request can end with, as etcd names them.
@@ -21,8 +29,6 @@ pub enum ApiError {
     Stopped,
     #[error("etcdserver: member not found")]
     MemberNotFound,
-    #[error("etcdserver: lease already exists")]
-    LeaseExists,
     #[error("etcdserver: too large lease TTL")]
     LeaseTtlTooLarge,
     #[error("etcdserver: not leader")]
@@ -51,16 +57,142 @@ pub enum ApiError {
     LeaderTransferTimeout,
     #[error("etcdserver: rpc not supported for learner")]
     NotSupportedForLearner,
-    /// A status another member (the leader) answered with, passed on unchanged.
+    /// A request the store refused, read locally or applied (here or on the leader).
+    #[error(transparent)]
+    Mvcc(#[from] MvccError),
+    /// An error made elsewhere whose kind has no variant here (another member's status, or an
+    /// apply result of such a kind): passed on with its gRPC code and message unchanged.
     #[error("{1}")]
     Remote(Code, String),
     #[error("{0}")]
     Unimplemented(String),
-    /// An error text produced by applying a request (MVCC or membership), kept verbatim.
-    #[error("{0}")]
-    Applied(String),
     #[error("etcdserver: {0}")]
     Internal(String),
+}
+
+impl ApiError {
+    /// The error's etcd kind; `Unspecified` for an error passed on by gRPC code alone.
+    pub fn kind(&self) -> ErrorCode {
+        use ErrorCode as K;
+        match self {
+            ApiError::RequestTooLarge => K::RequestTooLarge,
+            ApiError::NoLeader => K::NoLeader,
+            ApiError::Timeout => K::Timeout,
+            ApiError::Stopped => K::Stopped,
+            ApiError::MemberNotFound => K::MemberNotFound,
+            ApiError::LeaseTtlTooLarge => K::LeaseTtlTooLarge,
+            ApiError::NotLeader => K::NotLeader,
+            ApiError::LeaderChanged => K::LeaderChanged,
+            ApiError::PeerUrlsExist => K::PeerUrlsExist,
+            ApiError::MemberIdExists => K::MemberIdExists,
+            ApiError::BadMemberUrls => K::BadMemberUrls,
+            ApiError::NotEnoughStartedMembers => K::NotEnoughStartedMembers,
+            ApiError::Unhealthy => K::Unhealthy,
+            ApiError::TooManyLearners => K::TooManyLearners,
+            ApiError::NotLearner => K::NotLearner,
+            ApiError::LearnerNotReady => K::LearnerNotReady,
+            ApiError::BadLeaderTransferee => K::BadLeaderTransferee,
+            ApiError::LeaderTransferTimeout => K::LeaderTransferTimeout,
+            ApiError::NotSupportedForLearner => K::NotSupportedForLearner,
+            ApiError::Mvcc(e) => e.kind(),
+            ApiError::Remote(..) => K::Unspecified,
+            ApiError::Unimplemented(_) => K::Unimplemented,
+            ApiError::Internal(_) => K::Internal,
+        }
+    }
+
+    /// The error of kind `kind`, for the kinds whose message is fixed.
+    pub fn of_kind(kind: ErrorCode) -> Option<ApiError> {
+        use ErrorCode as K;
+        if let Some(e) = MvccError::of_kind(kind) {
+            return Some(ApiError::Mvcc(e));
+        }
+        if let Some(e) = ProposeError::of_kind(kind) {
+            return Some(e.into());
+        }
+        Some(match kind {
+            K::RequestTooLarge => ApiError::RequestTooLarge,
+            K::MemberNotFound => ApiError::MemberNotFound,
+            K::LeaseTtlTooLarge => ApiError::LeaseTtlTooLarge,
+            K::NotLeader => ApiError::NotLeader,
+            K::PeerUrlsExist => ApiError::PeerUrlsExist,
+            K::MemberIdExists => ApiError::MemberIdExists,
+            K::BadMemberUrls => ApiError::BadMemberUrls,
+            K::NotEnoughStartedMembers => ApiError::NotEnoughStartedMembers,
+            K::Unhealthy => ApiError::Unhealthy,
+            K::TooManyLearners => ApiError::TooManyLearners,
+            K::NotLearner => ApiError::NotLearner,
+            K::LearnerNotReady => ApiError::LearnerNotReady,
+            K::BadLeaderTransferee => ApiError::BadLeaderTransferee,
+            K::LeaderTransferTimeout => ApiError::LeaderTransferTimeout,
+            K::NotSupportedForLearner => ApiError::NotSupportedForLearner,
+            _ => return None,
+        })
+    }
+
+    /// The error an apply result names (`InternalResponse.error` with its `error_code`); a
+    /// kind with no fixed message, or none (a leader that sends none), keeps the message.
+    pub fn applied(kind: i32, message: String) -> ApiError {
+        let kind = ErrorCode::try_from(kind).unwrap_or(ErrorCode::Unspecified);
+        ApiError::of_kind(kind).unwrap_or_else(|| ApiError::Remote(grpc_code(kind), message))
+    }
+
+    /// The error a member's answer over the peer protocol stands for: by the kind it carries,
+    /// else its gRPC code and message, passed on unchanged.
+    pub fn from_peer(s: &Status) -> ApiError {
+        ApiError::of_kind(peer_error::kind_of(s))
+            .unwrap_or_else(|| ApiError::Remote(s.code(), s.message().to_string()))
+    }
+
+    /// The status a member answers another with over the peer protocol: the client's status,
+    /// with the kind in its details.
+    pub fn into_peer_status(self) -> Status {
+        let kind = self.kind();
+        let s = Status::from(self);
+        peer_error::status_of_kind(s.code(), s.message(), kind)
+    }
+}
+
+/// etcd's gRPC code for an error kind (etcd's api/v3rpc/rpctypes/error.go; kinds etcd does not
+/// have are `Unknown`, as etcd answers an error it has no status for).
+pub fn grpc_code(kind: ErrorCode) -> Code {
+    use ErrorCode as K;
+    match kind {
+        K::EmptyKey
+        | K::KeyNotFound
+        | K::ValueProvided
+        | K::LeaseProvided
+        | K::TooManyOps
+        | K::DuplicateKey
+        | K::RequestTooLarge
+        | K::BadMemberUrls => Code::InvalidArgument,
+        K::Compacted | K::FutureRev | K::LeaseTtlTooLarge => Code::OutOfRange,
+        K::LeaseNotFound | K::MemberNotFound => Code::NotFound,
+        K::PeerUrlsExist
+        | K::MemberIdExists
+        | K::NotEnoughStartedMembers
+        | K::LearnerNotReady
+        | K::NotLearner
+        | K::TooManyLearners
+        | K::NotLeader
+        | K::LeaseExists
+        | K::BadLeaderTransferee => Code::FailedPrecondition,
+        K::NoLeader
+        | K::Timeout
+        | K::Stopped
+        | K::Unhealthy
+        | K::LeaderChanged
+        | K::NotSupportedForLearner
+        | K::LeaderTransferTimeout
+        | K::Internal => Code::Unavailable,
+        K::Unimplemented => Code::Unimplemented,
+        K::NoLeaseId
+        | K::InvalidSortOption
+        | K::ReservedMetaKey
+        | K::Storage
+        | K::UndecodableEntry
+        | K::Unspecified => Code::Unknown,
+    }
 }
 
 impl From<ProposeError> for ApiError {
@@ -71,62 +203,18 @@ impl From<ProposeError> for ApiError {
             ProposeError::Stopped => ApiError::Stopped,
             ProposeError::LeaderChanged => ApiError::LeaderChanged,
             ProposeError::Internal(s) => ApiError::Internal(s),
+            ProposeError::Leader(code, msg) => ApiError::Remote(code, msg),
         }
-    }
-}
-
-impl From<MvccError> for ApiError {
-    fn from(e: MvccError) -> Self {
-        ApiError::Applied(e.to_string())
-    }
-}
-
-/// etcd's gRPC code for an error message (see etcd's api/v3rpc/rpctypes/error.go).
-fn code_of(msg: &str) -> Code {
-    match msg {
-        "etcdserver: key is not provided"
-        | "etcdserver: key not found"
-        | "etcdserver: value is provided"
-        | "etcdserver: lease is provided"
-        | "etcdserver: too many operations in txn request"
-        | "etcdserver: duplicate key given in txn request"
-        | "etcdserver: request is too large" => Code::InvalidArgument,
-        "etcdserver: mvcc: required revision has been compacted"
-        | "etcdserver: mvcc: required revision is a future revision"
-        | "etcdserver: too large lease TTL" => Code::OutOfRange,
-        "etcdserver: requested lease not found" | "etcdserver: member not found" => Code::NotFound,
-        "etcdserver: mvcc: database space exceeded" => Code::ResourceExhausted,
-        "etcdserver: Peer URLs already exists"
-        | "etcdserver: member ID already exist"
-        | "etcdserver: re-configuration failed due to not enough started members"
-        | "etcdserver: can only promote a learner member which is in sync with leader"
-        | "etcdserver: can only promote a learner member"
-        | "etcdserver: too many learner members in cluster"
-        | "etcdserver: not leader"
-        | "etcdserver: lease already exists"
-        | "etcdserver: bad leader transferee" => Code::FailedPrecondition,
-        "etcdserver: given member URLs are invalid" => Code::InvalidArgument,
-        "etcdserver: no leader"
-        | "etcdserver: request timed out"
-        | "etcdserver: server stopped"
-        | "etcdserver: unhealthy cluster"
-        | "etcdserver: leader changed"
-        | "etcdserver: rpc not supported for learner"
-        | "etcdserver: request timed out, leader transfer took too long" => Code::Unavailable,
-        _ => Code::Unknown,
     }
 }
 
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Status {
-        let msg = e.to_string();
         let code = match &e {
-            ApiError::Unimplemented(_) => Code::Unimplemented,
             ApiError::Remote(code, _) => *code,
-            ApiError::Internal(_) => Code::Unavailable,
-            _ => code_of(&msg),
+            e => grpc_code(e.kind()),
         };
-        Status::new(code, msg)
+        Status::new(code, e.to_string())
     }
 }
 
@@ -134,34 +222,219 @@ impl From<ApiError> for Status {
 mod tests {
     use super::*;
 
+    /// Every variant, with etcd 3.4's gRPC code and message for it (etcd's
+    /// api/v3rpc/rpctypes/error.go; kvd's own errors are `Unknown`, as etcd answers errors it
+    /// has no status for).
+    fn etcd_table() -> Vec<(ApiError, Code, &'static str)> {
+        use ApiError as A;
+        use Code::*;
+        use MvccError as M;
+        vec![
+            (
+                A::RequestTooLarge,
+                InvalidArgument,
+                "etcdserver: request is too large",
+            ),
+            (A::NoLeader, Unavailable, "etcdserver: no leader"),
+            (A::Timeout, Unavailable, "etcdserver: request timed out"),
+            (A::Stopped, Unavailable, "etcdserver: server stopped"),
+            (A::MemberNotFound, NotFound, "etcdserver: member not found"),
+            (
+                A::LeaseTtlTooLarge,
+                OutOfRange,
+                "etcdserver: too large lease TTL",
+            ),
+            (A::NotLeader, FailedPrecondition, "etcdserver: not leader"),
+            (A::LeaderChanged, Unavailable, "etcdserver: leader changed"),
+            (
+                A::PeerUrlsExist,
+                FailedPrecondition,
+                "etcdserver: Peer URLs already exists",
+            ),
+            (
+                A::MemberIdExists,
+                FailedPrecondition,
+                "etcdserver: member ID already exist",
+            ),
+            (
+                A::BadMemberUrls,
+                InvalidArgument,
+                "etcdserver: given member URLs are invalid",
+            ),
+            (
+                A::NotEnoughStartedMembers,
+                FailedPrecondition,
+                "etcdserver: re-configuration failed due to not enough started members",
+            ),
+            (A::Unhealthy, Unavailable, "etcdserver: unhealthy cluster"),
+            (
+                A::TooManyLearners,
+                FailedPrecondition,
+                "etcdserver: too many learner members in cluster",
+            ),
+            (
+                A::NotLearner,
+                FailedPrecondition,
+                "etcdserver: can only promote a learner member",
+            ),
+            (
+                A::LearnerNotReady,
+                FailedPrecondition,
+                "etcdserver: can only promote a learner member which is in sync with leader",
+            ),
+            (
+                A::BadLeaderTransferee,
+                FailedPrecondition,
+                "etcdserver: bad leader transferee",
+            ),
+            (
+                A::LeaderTransferTimeout,
+                Unavailable,
+                "etcdserver: request timed out, leader transfer took too long",
+            ),
+            (
+                A::NotSupportedForLearner,
+                Unavailable,
+                "etcdserver: rpc not supported for learner",
+            ),
+            (
+                A::Mvcc(M::Compacted),
+                OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted",
+            ),
+            (
+                A::Mvcc(M::FutureRev),
+                OutOfRange,
+                "etcdserver: mvcc: required revision is a future revision",
+            ),
+            (
+                A::Mvcc(M::KeyNotFound),
+                InvalidArgument,
+                "etcdserver: key not found",
+            ),
+            (
+                A::Mvcc(M::TooManyOps),
+                InvalidArgument,
+                "etcdserver: too many operations in txn request",
+            ),
+            (
+                A::Mvcc(M::DuplicateKey),
+                InvalidArgument,
+                "etcdserver: duplicate key given in txn request",
+            ),
+            (
+                A::Mvcc(M::EmptyKey),
+                InvalidArgument,
+                "etcdserver: key is not provided",
+            ),
+            (
+                A::Mvcc(M::ValueProvided),
+                InvalidArgument,
+                "etcdserver: value is provided",
+            ),
+            (
+                A::Mvcc(M::LeaseProvided),
+                InvalidArgument,
+                "etcdserver: lease is provided",
+            ),
+            (
+                A::Mvcc(M::LeaseNotFound),
+                NotFound,
+                "etcdserver: requested lease not found",
+            ),
+            (
+                A::Mvcc(M::LeaseExists),
+                FailedPrecondition,
+                "etcdserver: lease already exists",
+            ),
+            (
+                A::Mvcc(M::NoLeaseId),
+                Unknown,
+                "etcdserver: lease grant without an id",
+            ),
+            (
+                A::Mvcc(M::InvalidSortOption),
+                Unknown,
+                "etcdserver: invalid sort option",
+            ),
+            (
+                A::Mvcc(M::ReservedMetaKey(b"m".to_vec())),
+                Unknown,
+                "kvd: mvcc: meta key [109] is reserved",
+            ),
+            (
+                A::Mvcc(M::Storage("disk".into())),
+                Unknown,
+                "kvd: mvcc: storage error: disk",
+            ),
+            (A::Remote(Aborted, "x".into()), Aborted, "x"),
+            (A::Unimplemented("nope".into()), Unimplemented, "nope"),
+            (A::Internal("boom".into()), Unavailable, "etcdserver: boom"),
+        ]
+    }
+
     #[test]
-    fn etcd_codes_and_messages() {
-        let s: Status =
-            ApiError::Applied("etcdserver: mvcc: required revision has been compacted".into())
-                .into();
-        assert_eq!(s.code(), Code::OutOfRange);
-        let s: Status = ApiError::RequestTooLarge.into();
-        assert_eq!(
-            (s.code(), s.message()),
-            (Code::InvalidArgument, "etcdserver: request is too large")
-        );
-        let s: Status = ApiError::Unhealthy.into();
-        assert_eq!(
-            (s.code(), s.message()),
-            (Code::Unavailable, "etcdserver: unhealthy cluster")
-        );
-        let s: Status = ApiError::NotEnoughStartedMembers.into();
-        assert_eq!(s.code(), Code::FailedPrecondition);
-        let s: Status = ApiError::Applied("etcdserver: lease already exists".into()).into();
-        assert_eq!(s.code(), Code::FailedPrecondition);
-        let s: Status = ApiError::Applied("etcdserver: requested lease not found".into()).into();
-        assert_eq!(s.code(), Code::NotFound);
-        let s: Status = ApiError::MemberNotFound.into();
-        assert_eq!(s.code(), Code::NotFound);
+    fn every_error_has_etcds_code_and_message() {
+        for (e, code, msg) in etcd_table() {
+            let s = Status::from(e.clone());
+            assert_eq!((s.code(), s.message()), (code, msg), "{e:?}");
+        }
         let s: Status = ApiError::from(ProposeError::NoLeader).into();
         assert_eq!(
             (s.code(), s.message()),
             (Code::Unavailable, "etcdserver: no leader")
+        );
+        let s: Status = ApiError::from(ProposeError::Leader(Code::Aborted, "x".into())).into();
+        assert_eq!((s.code(), s.message()), (Code::Aborted, "x"));
+    }
+
+    #[test]
+    fn kinds_name_one_variant_each() {
+        for k in (0..64).filter_map(|i| ErrorCode::try_from(i).ok()) {
+            if let Some(e) = ApiError::of_kind(k) {
+                assert_eq!(e.kind(), k);
+            }
+        }
+        for (e, _, _) in etcd_table() {
+            if let Some(back) = ApiError::of_kind(e.kind()) {
+                assert_eq!(back, e);
+            }
+        }
+    }
+
+    /// What the receiving member makes of an error, through the peer protocol's encoding.
+    #[test]
+    fn errors_cross_the_peer_protocol_unchanged() {
+        for (e, code, msg) in etcd_table() {
+            let mut h = http::HeaderMap::new();
+            e.clone().into_peer_status().add_header(&mut h).unwrap();
+            let got = ApiError::from_peer(&Status::from_header_map(&h).unwrap());
+            let s = Status::from(got.clone());
+            assert_eq!((s.code(), s.message()), (code, msg), "{e:?} -> {got:?}");
+            if ApiError::of_kind(e.kind()).is_some() {
+                assert_eq!(got, e);
+            }
+            // As an apply result (only the store's errors are), too.
+            if let ApiError::Mvcc(m) = &e {
+                let got = ApiError::applied(m.kind() as i32, m.to_string());
+                let s = Status::from(got);
+                assert_eq!((s.code(), s.message()), (code, msg), "{e:?}");
+            }
+        }
+        // A member that sends no kind: code and message pass on as they are.
+        let got = ApiError::from_peer(&Status::failed_precondition("etcdserver: not leader"));
+        assert_eq!(
+            got,
+            ApiError::Remote(Code::FailedPrecondition, "etcdserver: not leader".into())
+        );
+        let got = ApiError::applied(0, "etcdserver: lease already exists".into());
+        assert_eq!(
+            got,
+            ApiError::Remote(Code::Unknown, "etcdserver: lease already exists".into())
+        );
+        assert_eq!(
+            ApiError::applied(ErrorCode::LeaseExists as i32, "anything".into()),
+            ApiError::Mvcc(MvccError::LeaseExists)
         );
     }
 }

@@ -42,7 +42,7 @@ impl Kv for KvService {
         self.ctx.check_leader(req.metadata())?;
         let r = req.into_inner();
         if r.key.is_empty() {
-            return Err(ApiError::Applied("etcdserver: key is not provided".into()).into());
+            return Err(ApiError::Mvcc(mvcc::MvccError::EmptyKey).into());
         }
         learner::refuse_linearizable_range(&self.ctx.node, r.serializable)?;
         if !r.serializable {
@@ -84,7 +84,7 @@ impl Kv for KvService {
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let (md, _, r) = req.into_parts();
         if r.key.is_empty() {
-            return Err(ApiError::Applied("etcdserver: key is not provided".into()).into());
+            return Err(ApiError::Mvcc(mvcc::MvccError::EmptyKey).into());
         }
         match self.write(&md, In::DeleteRange(r)).await? {
             Out::DeleteRange(mut d) => {

@@ -36,6 +36,7 @@ impl LeaderDuties for ServerDuties {
         &self,
         req: membership_request::Request,
     ) -> Result<membership_response::Response, Status> {
-        Ok(self.reconfig.handle(req).await?)
+        // The answer carries its error kind, so the forwarding member need not read its text.
+        self.reconfig.handle_forwarded(req).await
     }
 }

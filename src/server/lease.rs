@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use crate::mvcc::MvccError;
 use crate::proto::etcdserverpb::lease_server::Lease;
 use crate::proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -34,6 +35,7 @@ use crate::proto::kvdpb::internal_response::Response as Out;
 use crate::proto::kvdpb::{InternalRequest, LeaseRevokeManyRequest};
 use crate::raft::lessor::{min_ttl, Lookup, MAX_LEASE_TTL};
 use crate::raft::node::REQUEST_TIMEOUT;
+use crate::raft::peer_error;
 use crate::raft::RaftNode;
 
 /// How often the leader looks for expired leases (etcd checks every 500ms).
@@ -50,7 +52,7 @@ pub fn keep_alive_local(node: &RaftNode, id: i64) -> Result<LeaseKeepAliveRespon
     let ttl = match node.sm.shared.lessor.renew(id) {
         Lookup::Found(ttl) => ttl,
         Lookup::NotFound => 0,
-        Lookup::NotPrimary => return Err(Status::failed_precondition("not leader")),
+        Lookup::NotPrimary => return Err(peer_error::not_leader()),
     };
     Ok(LeaseKeepAliveResponse {
         header: None,
@@ -74,7 +76,7 @@ pub fn time_to_live_local(
                 ..Default::default()
             })
         }
-        Lookup::NotPrimary => return Err(Status::failed_precondition("not leader")),
+        Lookup::NotPrimary => return Err(peer_error::not_leader()),
     };
     let keys = if req.keys {
         node.sm
@@ -126,7 +128,7 @@ where
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(s) => return Err(ApiError::Remote(s.code(), s.message().to_string())),
+            Err(s) => return Err(ApiError::from_peer(&s)),
         }
     }
 }
@@ -184,7 +186,7 @@ impl Lease for LeaseService {
                 }
                 Ok(_) => return Err(ApiError::Internal("unexpected apply result".into()).into()),
                 // Our random pick collided; the client never saw that id.
-                Err(ApiError::Applied(m)) if chosen && m == ApiError::LeaseExists.to_string() => {}
+                Err(ApiError::Mvcc(MvccError::LeaseExists)) if chosen => {}
                 Err(e) => return Err(e.into()),
             }
         }

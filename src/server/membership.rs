@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 
 use super::error::ApiError;
@@ -36,9 +37,10 @@ use crate::proto::kvdpb::{
 };
 use crate::raft::links::Links;
 use crate::raft::node::REQUEST_TIMEOUT;
+use crate::raft::peer_error::PeerFailure;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::Membership;
-use crate::raft::{Member, NodeId, RaftNode};
+use crate::raft::{Member, NodeId, RaftNode, TypeConfig};
 use crate::server::config::compute_member_id;
 
 /// How long a member must have reached a peer without interruption for it to count as active
@@ -98,12 +100,15 @@ fn valid_peer_urls(urls: &[String]) -> bool {
         })
 }
 
-fn raft_err(e: impl std::fmt::Display) -> ApiError {
-    let s = e.to_string();
-    if s.contains("forward") || s.contains("ForwardToLeader") {
-        ApiError::NotLeader
-    } else {
-        ApiError::Internal(s)
+/// A membership change openraft refused or lost, by the error's type.
+fn raft_err(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> ApiError {
+    match e {
+        // Refused before anything was appended: whoever leads next checks and proposes it.
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ApiError::NotLeader,
+        // Appended, then dropped from this log: it may still commit elsewhere, so asking again
+        // could apply it twice.
+        RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => ApiError::LeaderChanged,
+        e => ApiError::Internal(e.to_string()),
     }
 }
 
@@ -162,20 +167,26 @@ impl Reconfig {
                 .into_inner()
                 .response
                 .ok_or_else(|| ApiError::Internal("empty membership reply".into())),
-            Ok(Err(s)) if s.message() == ApiError::NotLeader.to_string() => {
-                Err(ApiError::NotLeader)
+            Ok(Err(s)) => {
+                let f = PeerFailure::of_status(&s);
+                if f.never_sent() || f == PeerFailure::Broken {
+                    // The leader could not be reached, or the connection to it broke: treat it
+                    // like a leader change and look again.
+                    Err(ApiError::NotLeader)
+                } else {
+                    Err(ApiError::from_peer(&s))
+                }
             }
-            // The leader is unreachable (a transport error such as "tcp connect error", not
-            // one of the leader's own "etcdserver: ..." refusals): treat it like a leader
-            // change and look again.
-            Ok(Err(s))
-                if s.code() == tonic::Code::Unavailable
-                    && !s.message().starts_with("etcdserver:") =>
-            {
-                Err(ApiError::NotLeader)
-            }
-            Ok(Err(s)) => Err(ApiError::Remote(s.code(), s.message().to_string())),
         }
+    }
+
+    /// Leader side of a change another member forwarded: [`Reconfig::handle`], answered with
+    /// the error's kind for the forwarding member.
+    pub async fn handle_forwarded(
+        &self,
+        req: membership_request::Request,
+    ) -> Result<membership_response::Response, tonic::Status> {
+        self.handle(req).await.map_err(ApiError::into_peer_status)
     }
 
     /// Leader side: checks and proposes one change.

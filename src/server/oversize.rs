@@ -1,25 +1,23 @@
 //! etcd's status for a request larger than the transport accepts.
 //!
 //! A request above `--max-request-bytes` + 512 KiB never reaches a handler: tonic's decoder
-//! refuses it with `OutOfRange` "Error, decoded message length too large: found N bytes, the
-//! limit is: M bytes". grpc-go, and so etcd, answers `ResourceExhausted` "grpc: received
-//! message larger than max (N vs. M)", and clients (etcd's among them) treat the two codes
-//! differently. [`etcd_size_error`] rewrites exactly that status in a trailers-only response
-//! head and leaves every other response alone. (Requests between `--max-request-bytes` and the transport
-//! limit reach the handler and get "etcdserver: request is too large", as in etcd.)
+//! refuses it with `OutOfRange` (and a message of its own). grpc-go, and so etcd, answers
+//! `ResourceExhausted` "grpc: received message larger than max (N vs. M)", and clients (etcd's
+//! among them) treat the two codes differently. [`EtcdSizeError`] reads the length prefix of
+//! each gRPC message in the request body as it passes to tonic; when one is above the limit,
+//! the `OutOfRange` status in a trailers-only response head is tonic's refusal of it, and
+//! becomes grpc-go's. Every other response is left alone. (Requests between
+//! `--max-request-bytes` and the transport limit reach the handler and get "etcdserver:
+//! request is too large", as in etcd.)
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::StreamExt;
 use tonic::{Code, Status};
-
-const TONIC_PREFIX: &str = "Error, decoded message length too large: found ";
-
-/// grpc-go's message for tonic's, or `None` if `msg` is not tonic's size refusal.
-fn etcd_message(msg: &str) -> Option<String> {
-    let rest = msg.strip_prefix(TONIC_PREFIX)?;
-    let (found, rest) = rest.split_once(" bytes, the limit is: ")?;
-    let limit = rest.strip_suffix(" bytes")?;
-    let (found, limit): (u64, u64) = (found.parse().ok()?, limit.parse().ok()?);
-    Some(too_large(found, limit).message().to_string())
-}
 
 /// grpc-go's status for a message of `found` bytes over a transport limit of `limit`.
 pub fn too_large(found: u64, limit: u64) -> Status {
@@ -29,45 +27,182 @@ pub fn too_large(found: u64, limit: u64) -> Status {
     )
 }
 
-/// etcd's status for `s` if it is tonic's size refusal (the JSON gateway, which calls the
-/// services in process, sees tonic's status before any response head exists).
-pub fn etcd_status(s: &Status) -> Option<Status> {
-    if s.code() != Code::OutOfRange {
-        return None;
-    }
-    etcd_message(s.message()).map(|m| Status::new(Code::ResourceExhausted, m))
+/// Reads the 5-byte prefixes (compressed flag, big-endian length) of the gRPC messages in a
+/// request body, chunk by chunk, and records the length of the first one above `limit`.
+pub struct Frames {
+    limit: u64,
+    prefix: [u8; 5],
+    have: usize,
+    /// Bytes of the current message still to pass.
+    skip: u64,
+    found: Arc<AtomicU64>,
 }
 
-/// Rewrites `headers` in place if they carry tonic's size refusal.
-fn rewrite(headers: &mut http::HeaderMap) {
-    let Some(s) = Status::from_header_map(headers) else {
+impl Frames {
+    fn new(limit: usize, found: Arc<AtomicU64>) -> Self {
+        Frames {
+            limit: limit as u64,
+            prefix: [0; 5],
+            have: 0,
+            skip: 0,
+            found,
+        }
+    }
+
+    fn observe(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(data.len() as u64) as usize;
+                self.skip -= n as u64;
+                data = &data[n..];
+                continue;
+            }
+            let n = (5 - self.have).min(data.len());
+            self.prefix[self.have..self.have + n].copy_from_slice(&data[..n]);
+            self.have += n;
+            data = &data[n..];
+            if self.have == 5 {
+                self.have = 0;
+                let len = u32::from_be_bytes([
+                    self.prefix[1],
+                    self.prefix[2],
+                    self.prefix[3],
+                    self.prefix[4],
+                ]) as u64;
+                self.skip = len;
+                if len > self.limit {
+                    let _ =
+                        self.found
+                            .compare_exchange(0, len, Ordering::Relaxed, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// A request body whose message lengths [`EtcdSizeError`] can watch.
+pub trait WatchedBody: Sized {
+    fn watched(self, frames: Frames) -> Self;
+}
+
+fn watch_axum(body: axum::body::Body, mut frames: Frames) -> axum::body::Body {
+    axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
+        if let Ok(c) = &chunk {
+            frames.observe(c);
+        }
+        chunk
+    }))
+}
+
+impl WatchedBody for axum::body::Body {
+    fn watched(self, frames: Frames) -> Self {
+        watch_axum(self, frames)
+    }
+}
+
+impl WatchedBody for tonic::body::Body {
+    fn watched(self, frames: Frames) -> Self {
+        tonic::body::Body::new(watch_axum(axum::body::Body::new(self), frames))
+    }
+}
+
+/// Turns tonic's refusal of a message above `limit` into grpc-go's status (see the module
+/// docs). Wraps the client port's gRPC routes and the JSON gateway's in-process clients.
+#[derive(Clone)]
+pub struct EtcdSizeError<S> {
+    inner: S,
+    limit: usize,
+}
+
+impl<S> EtcdSizeError<S> {
+    pub fn new(inner: S, limit: usize) -> Self {
+        EtcdSizeError { inner, limit }
+    }
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for EtcdSizeError<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    B: WatchedBody,
+    R: 'static,
+{
+    type Response = http::Response<R>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let found = Arc::new(AtomicU64::new(0));
+        let frames = Frames::new(self.limit, found.clone());
+        let call = self.inner.call(req.map(|b| b.watched(frames)));
+        let limit = self.limit as u64;
+        Box::pin(async move {
+            let mut res = call.await?;
+            rewrite(res.headers_mut(), found.load(Ordering::Relaxed), limit);
+            Ok(res)
+        })
+    }
+}
+
+/// Rewrites `headers` in place if they carry tonic's refusal of a message of `found` bytes
+/// (0: none was over the limit).
+fn rewrite(headers: &mut http::HeaderMap, found: u64, limit: u64) {
+    if found == 0 {
         return;
-    };
-    if let Some(etcd) = etcd_status(&s) {
-        // Only grpc-status and grpc-message change; a failure to encode leaves tonic's status.
-        let _ = etcd.add_header(headers);
     }
-}
-
-/// The response mapping the client router applies (as a `tower::util::MapResponseLayer`).
-pub fn etcd_size_error(mut res: axum::response::Response) -> axum::response::Response {
-    rewrite(res.headers_mut());
-    res
+    match Status::from_header_map(headers) {
+        // Only grpc-status and grpc-message change; a failure to encode leaves tonic's status.
+        Some(s) if s.code() == Code::OutOfRange => {
+            let _ = too_large(found, limit).add_header(headers);
+        }
+        _ => {}
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn frame(len: u32) -> Vec<u8> {
+        let mut v = vec![0];
+        v.extend_from_slice(&len.to_be_bytes());
+        v
+    }
+
     #[test]
-    fn tonic_size_refusal_becomes_grpc_go_resource_exhausted() {
+    fn lengths_are_read_across_chunks_and_messages() {
+        let found = Arc::new(AtomicU64::new(0));
+        let mut f = Frames::new(100, found.clone());
+        let mut body = frame(10);
+        body.extend_from_slice(&[7; 10]);
+        body.extend(frame(3_000_010));
+        body.extend_from_slice(&[7; 50]);
+        for chunk in body.chunks(3) {
+            f.observe(chunk);
+        }
+        assert_eq!(found.load(Ordering::Relaxed), 3_000_010);
+
+        let found = Arc::new(AtomicU64::new(0));
+        let mut f = Frames::new(100, found.clone());
+        let mut body = frame(100);
+        body.extend_from_slice(&[0xff; 100]);
+        body.extend(frame(5));
+        f.observe(&body);
+        assert_eq!(found.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn tonics_refusal_becomes_grpc_go_resource_exhausted() {
         let mut h = http::HeaderMap::new();
-        Status::out_of_range(
-            "Error, decoded message length too large: found 3000010 bytes, the limit is: 2097152 bytes",
-        )
-        .add_header(&mut h)
-        .unwrap();
-        rewrite(&mut h);
+        Status::out_of_range("whatever tonic says")
+            .add_header(&mut h)
+            .unwrap();
+        rewrite(&mut h, 3000010, 2097152);
         let s = Status::from_header_map(&h).unwrap();
         assert_eq!(s.code(), Code::ResourceExhausted);
         assert_eq!(
@@ -78,18 +213,27 @@ mod tests {
 
     #[test]
     fn other_statuses_are_left_alone() {
-        for s in [
-            Status::out_of_range("etcdserver: mvcc: required revision is a future revision"),
-            Status::invalid_argument("etcdserver: request is too large"),
-        ] {
+        let cases = [
+            // No message over the limit: a handler's OutOfRange.
+            (
+                Status::out_of_range("etcdserver: mvcc: required revision is a future revision"),
+                0,
+            ),
+            (
+                Status::invalid_argument("etcdserver: request is too large"),
+                0,
+            ),
+            (Status::invalid_argument("x"), 3000010),
+        ];
+        for (s, found) in cases {
             let mut h = http::HeaderMap::new();
             s.add_header(&mut h).unwrap();
             let before = h.clone();
-            rewrite(&mut h);
+            rewrite(&mut h, found, 2097152);
             assert_eq!(h, before);
         }
         let mut empty = http::HeaderMap::new();
-        rewrite(&mut empty);
+        rewrite(&mut empty, 3000010, 2097152);
         assert!(empty.is_empty());
     }
 }

@@ -174,6 +174,7 @@ fn client_services(
 ) -> gateway::Services {
     let node = &ctx.node;
     gateway::Services {
+        max_msg,
         kv: LearnerGuard::new(
             KvServer::new(kv::KvService { ctx: ctx.clone() })
                 .max_decoding_message_size(max_msg)
@@ -220,9 +221,9 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         .add_service(services.cluster.clone())
         .add_service(services.maintenance.clone())
         .into_axum_router()
-        .layer(tower::util::MapResponseLayer::new(
-            oversize::etcd_size_error,
-        ))
+        .layer(tower::layer::layer_fn(move |s| {
+            oversize::EtcdSizeError::new(s, max_msg)
+        }))
         .layer(crate::metrics::GrpcMetricsLayer);
     Routes::from(
         grpc.merge(gateway::router(services.clone(), node.clone(), max_msg))

@@ -86,8 +86,6 @@ fn json_response(status: StatusCode, body: impl Into<Body>) -> Response {
 
 /// The unary error response for a gRPC status.
 pub fn unary_error(s: &Status) -> Response {
-    let etcd = crate::server::oversize::etcd_status(s);
-    let s = etcd.as_ref().unwrap_or(s);
     let body = serde_json::to_vec(&UnaryError {
         error: s.message(),
         message: s.message(),
@@ -114,8 +112,6 @@ pub fn result_chunk<T: Serialize>(m: &T) -> Bytes {
 
 /// The error chunk that ends a stream (grpc-gateway writes no delimiter after it).
 pub fn error_chunk(s: &Status) -> Bytes {
-    let etcd = crate::server::oversize::etcd_status(s);
-    let s = etcd.as_ref().unwrap_or(s);
     let http = http_status(s.code());
     serde_json::to_vec(&StreamError {
         error: StreamErrorBody {

@@ -30,6 +30,7 @@ use super::kv::KvService;
 use super::learner::LearnerGuard;
 use super::lease::LeaseService;
 use super::maintenance::{MaintenanceService, ETCD_VERSION};
+use super::oversize::EtcdSizeError;
 use super::watches::WatchService;
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
@@ -51,27 +52,36 @@ pub struct Services {
     pub lease: LearnerGuard<LeaseServer<LeaseService>>,
     pub cluster: LearnerGuard<ClusterServer<ClusterService>>,
     pub maintenance: LearnerGuard<MaintenanceServer<MaintenanceService>>,
+    /// The servers' message limit, for etcd's status when a request is above it.
+    pub max_msg: usize,
 }
 
+type InProcess<S> = EtcdSizeError<LearnerGuard<S>>;
+
 /// In-process clients of [`Services`]. Responses may be as large as the servers allow to
-/// encode, so the clients decode without tonic's 4 MiB default limit.
+/// encode, so the clients decode without tonic's 4 MiB default limit. A request above the
+/// servers' limit gets etcd's status, as on the gRPC port.
 impl Services {
-    fn kv(&self) -> KvClient<LearnerGuard<KvServer<KvService>>> {
-        KvClient::new(self.kv.clone()).max_decoding_message_size(usize::MAX)
+    fn sized<S>(&self, s: &LearnerGuard<S>) -> InProcess<S>
+    where
+        LearnerGuard<S>: Clone,
+    {
+        EtcdSizeError::new(s.clone(), self.max_msg)
     }
-    fn watch(&self) -> WatchClient<LearnerGuard<WatchServer<WatchService>>> {
-        WatchClient::new(self.watch.clone()).max_decoding_message_size(usize::MAX)
+    fn kv(&self) -> KvClient<InProcess<KvServer<KvService>>> {
+        KvClient::new(self.sized(&self.kv)).max_decoding_message_size(usize::MAX)
     }
-    fn lease(&self) -> LeaseClient<LearnerGuard<LeaseServer<LeaseService>>> {
-        LeaseClient::new(self.lease.clone()).max_decoding_message_size(usize::MAX)
+    fn watch(&self) -> WatchClient<InProcess<WatchServer<WatchService>>> {
+        WatchClient::new(self.sized(&self.watch)).max_decoding_message_size(usize::MAX)
     }
-    fn cluster(&self) -> ClusterClient<LearnerGuard<ClusterServer<ClusterService>>> {
-        ClusterClient::new(self.cluster.clone()).max_decoding_message_size(usize::MAX)
+    fn lease(&self) -> LeaseClient<InProcess<LeaseServer<LeaseService>>> {
+        LeaseClient::new(self.sized(&self.lease)).max_decoding_message_size(usize::MAX)
     }
-    fn maintenance(
-        &self,
-    ) -> MaintenanceClient<LearnerGuard<MaintenanceServer<MaintenanceService>>> {
-        MaintenanceClient::new(self.maintenance.clone()).max_decoding_message_size(usize::MAX)
+    fn cluster(&self) -> ClusterClient<InProcess<ClusterServer<ClusterService>>> {
+        ClusterClient::new(self.sized(&self.cluster)).max_decoding_message_size(usize::MAX)
+    }
+    fn maintenance(&self) -> MaintenanceClient<InProcess<MaintenanceServer<MaintenanceService>>> {
+        MaintenanceClient::new(self.sized(&self.maintenance)).max_decoding_message_size(usize::MAX)
     }
 }
 
