@@ -246,8 +246,9 @@ impl RaftNode {
         }
     }
 
-    /// Leader side of a forwarded write.
-    pub async fn apply_forwarded(
+    /// Leader side of a forwarded write: proposes it here and answers with its response and
+    /// the log index it was applied at.
+    pub async fn propose_forwarded(
         &self,
         req: InternalRequest,
     ) -> Result<(InternalResponse, u64), tonic::Status> {

@@ -158,7 +158,7 @@ impl Peer for PeerService {
             .into_inner()
             .request
             .ok_or_else(|| Status::invalid_argument("missing request"))?;
-        let (resp, log_index) = self.node.apply_forwarded(inner).await?;
+        let (resp, log_index) = self.node.propose_forwarded(inner).await?;
         Ok(Response::new(ForwardResponse {
             response: Some(resp),
             log_index,

@@ -98,6 +98,17 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
+    /// The MVCC store itself. Reads through it are not held back by a snapshot install (the
+    /// `range`/`leases` methods here are); it serves revisions, flushing and lease bookkeeping.
+    pub fn store(&self) -> &MvccStore {
+        &self.shared.mvcc
+    }
+
+    /// The leader's lease expiry tracking, fed by this state machine's applies.
+    pub fn lessor(&self) -> &Lessor {
+        &self.shared.lessor
+    }
+
     /// Opens (or creates) the state machine under `dir` (`dir/db` for sled, `dir/snap` for
     /// snapshot files) and repairs an interrupted snapshot install.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {

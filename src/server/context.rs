@@ -29,7 +29,7 @@ impl ServerCtx {
     }
 
     pub fn current_revision(&self) -> i64 {
-        self.node.sm.shared.mvcc.current_revision()
+        self.node.sm.store().current_revision()
     }
 
     /// Clients in require-leader mode send `hasleader=true`: fail fast without a leader.

@@ -49,7 +49,7 @@ const REVOKE_PAUSE: Duration = Duration::from_millis(100);
 
 /// Leader side of a keep-alive: the lease's TTL, 0 for an unknown or expired lease.
 pub fn keep_alive_local(node: &RaftNode, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
-    let ttl = match node.sm.shared.lessor.renew(id) {
+    let ttl = match node.sm.lessor().renew(id) {
         Lookup::Found(ttl) => ttl,
         Lookup::NotFound => 0,
         Lookup::NotPrimary => return Err(peer_error::not_leader()),
@@ -67,7 +67,7 @@ pub fn time_to_live_local(
     req: &LeaseTimeToLiveRequest,
 ) -> Result<LeaseTimeToLiveResponse, Status> {
     let id = req.id;
-    let (granted, left) = match node.sm.shared.lessor.time_to_live(id) {
+    let (granted, left) = match node.sm.lessor().time_to_live(id) {
         Lookup::Found(t) => t,
         Lookup::NotFound => {
             return Ok(LeaseTimeToLiveResponse {
@@ -285,7 +285,7 @@ pub async fn lessor_duties(node: RaftNode) {
 /// Promotes and demotes the lessor with this member's leadership; returns when the Raft node
 /// shuts down.
 async fn follow_leadership(node: &RaftNode) {
-    let lessor = &node.sm.shared.lessor;
+    let lessor = &node.sm.lessor();
     // Server metrics (term, leader, state, membership) rather than the full metrics, which change
     // on every append and apply.
     let mut metrics = node.raft.server_metrics();
@@ -295,7 +295,7 @@ async fn follow_leadership(node: &RaftNode) {
             m.state == ServerState::Leader && m.current_leader == Some(node.id)
         };
         if leading && !lessor.is_primary() {
-            let mvcc = &node.sm.shared.mvcc;
+            let mvcc = &node.sm.store();
             match lessor.promote_with(|| mvcc.leases(), node.election_timeout) {
                 Ok(()) => tracing::info!("became lease primary"),
                 Err(e) => tracing::error!("cannot load leases: {e}"),
@@ -316,7 +316,7 @@ async fn follow_leadership(node: &RaftNode) {
 /// [`REVOKE_PAUSE`] apart. One batch in flight bounds what a storm adds to the log and to
 /// memory, and client writes queue behind at most one batch.
 async fn revoke_expired(node: &RaftNode) {
-    let lessor = &node.sm.shared.lessor;
+    let lessor = &node.sm.lessor();
     // (start, leases revoked) of a storm: a run of full batches, summarised when it ends.
     let mut storm: Option<(Instant, usize)> = None;
     let mut failed_batches = 0usize;

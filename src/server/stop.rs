@@ -67,7 +67,7 @@ pub async fn shut_down(
     if let Err(e) = node.log.flush_committed().await {
         tracing::warn!("could not persist the committed index: {e}");
     }
-    if let Err(e) = node.sm.shared.mvcc.flush() {
+    if let Err(e) = node.sm.store().flush() {
         tracing::warn!("could not write applied state to the state-machine database: {e}");
     }
     for t in serving.servers {

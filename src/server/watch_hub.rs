@@ -73,7 +73,7 @@ impl Hub {
         let (tx, _) = broadcast::channel(HUB_BUFFER);
         let hub = Arc::new(Hub {
             state: Mutex::new(State {
-                frontier: sm.shared.mvcc.current_revision() + 1,
+                frontier: sm.store().current_revision() + 1,
                 tx: Some(tx),
             }),
             prev_kv_watchers: AtomicUsize::new(0),
@@ -119,7 +119,7 @@ async fn run(hub: Weak<Hub>, sm: StateMachine, mut revision: watch::Receiver<i64
             break;
         }
         let Some(hub) = hub.upgrade() else { return };
-        let cur = sm.shared.mvcc.current_revision();
+        let cur = sm.store().current_revision();
         let mut from = hub.frontier();
         while from <= cur {
             let prev_kv = hub.prev_kv_watchers.load(Ordering::Relaxed) > 0;

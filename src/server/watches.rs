@@ -571,7 +571,7 @@ impl WatchStream {
     /// next batch of events from the store; one that reaches the frontier joins the synced
     /// set. Returns whether some watcher is still behind.
     async fn sync(&mut self) -> Result<bool, Gone> {
-        let mvcc = self.ctx.node.sm.shared.mvcc.clone();
+        let mvcc = self.ctx.node.sm.store().clone();
         let ids: Vec<i64> = self
             .unsynced
             .iter()
