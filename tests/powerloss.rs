@@ -65,6 +65,7 @@ use kvd::proto::etcdserverpb::kv_client::KvClient;
 use kvd::proto::etcdserverpb::{PutRequest, RangeRequest};
 use kvd::proto::mvccpb::KeyValue;
 use kvd::server::config::Flags;
+use kvd::server::ServerError;
 use kvd::wal::{SimFs, WalBackend, WalOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -94,7 +95,36 @@ struct Node {
 }
 
 /// The thread a member runs on; it ends with `server::run`'s result.
-type MemberThread = JoinHandle<Result<(), String>>;
+type MemberThread = JoinHandle<Result<(), ServerError>>;
+
+/// How a member's thread ended.
+enum Exit {
+    Stopped,
+    /// Raft stopped on a storage error and the member exited, as etcd does.
+    OnStorageError(String),
+    Failed(String),
+    Panicked,
+}
+
+impl Exit {
+    fn of(joined: std::thread::Result<Result<(), ServerError>>) -> Exit {
+        match joined {
+            Ok(Ok(())) => Exit::Stopped,
+            Ok(Err(e @ ServerError::RaftStopped(_))) => Exit::OnStorageError(e.to_string()),
+            Ok(Err(e)) => Exit::Failed(e.to_string()),
+            Err(_) => Exit::Panicked,
+        }
+    }
+
+    fn describe(&self, i: usize) -> String {
+        match self {
+            Exit::Stopped => format!("m{i} stopped"),
+            Exit::OnStorageError(e) => format!("m{i} exited on a storage error: {e}"),
+            Exit::Failed(e) => format!("m{i} exited with an error: {e}"),
+            Exit::Panicked => format!("m{i} panicked"),
+        }
+    }
+}
 
 impl Node {
     fn client_url(&self) -> String {
@@ -176,7 +206,6 @@ impl Sim {
                 rt.block_on(kvd::server::run(cfg, async move {
                     let _ = rx.await;
                 }))
-                .map_err(|e| e.to_string())
             })
             .unwrap();
         self.nodes[i].running = Some((tx, h));
@@ -189,7 +218,7 @@ impl Sim {
     }
 
     /// Waits for a member's thread (and with it its runtime, sled and WAL) to end.
-    async fn join(&self, i: usize, h: MemberThread) -> Result<(), String> {
+    async fn join(&self, i: usize, h: MemberThread) -> Result<Exit, String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !h.is_finished() {
             if Instant::now() > deadline {
@@ -197,25 +226,17 @@ impl Sim {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        match h.join() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("m{i} exited with an error: {e}")),
-            Err(_) => Err(format!("m{i} panicked")),
-        }
+        Ok(Exit::of(h.join()))
     }
 
     /// How the members that stopped on their own ended (a member that refuses to start, e.g.
     /// on a WAL it finds corrupt, exits with that error).
-    fn exits(&mut self) -> Vec<String> {
+    fn exits(&mut self) -> Vec<(usize, Exit)> {
         let mut out = Vec::new();
         for (i, n) in self.nodes.iter_mut().enumerate() {
             if n.running.as_ref().is_some_and(|(_, h)| h.is_finished()) {
                 let (_, h) = n.running.take().unwrap();
-                out.push(match h.join() {
-                    Ok(Ok(())) => format!("m{i} stopped"),
-                    Ok(Err(e)) => format!("m{i} exited with an error: {e}"),
-                    Err(_) => format!("m{i} panicked"),
-                });
+                out.push((i, Exit::of(h.join())));
             }
         }
         out
@@ -280,9 +301,6 @@ struct Report {
     /// Members that stopped on their own on the WAL failure before being stopped.
     storage_exits: u64,
 }
-
-/// How `server::run` ends when Raft stops on a storage error.
-const STORAGE_EXIT: &str = "exited with an error: raft: ";
 
 async fn writer(
     urls: Vec<String>,
@@ -542,8 +560,9 @@ async fn lives_loop(
             // A member whose WAL failed may already have exited on the storage error (as etcd
             // does); that is the power going out a little later, not a failure of the test.
             match sim.join(m, h).await {
-                Ok(()) => {}
-                Err(e) if e.contains(STORAGE_EXIT) => report.storage_exits += 1,
+                Ok(Exit::Stopped) => {}
+                Ok(Exit::OnStorageError(_)) => report.storage_exits += 1,
+                Ok(other) => return Err(fail(other.describe(m))),
                 Err(e) => return Err(fail(e)),
             }
         }
@@ -572,6 +591,9 @@ async fn lives_loop(
                 "after crashing {members:?} at {:?}: {e}; member exits: {:?}",
                 report.crash_points,
                 sim.exits()
+                    .iter()
+                    .map(|(i, e)| e.describe(*i))
+                    .collect::<Vec<_>>()
             )));
         }
     }
@@ -652,8 +674,9 @@ async fn member_exits_when_its_wal_fails() {
         assert!(Instant::now() < deadline, "m1 still runs with a failed WAL");
     };
     assert!(
-        exit.starts_with("m1 ") && exit.contains(STORAGE_EXIT),
-        "{exit}"
+        matches!(exit, (1, Exit::OnStorageError(_))),
+        "{}",
+        exit.1.describe(exit.0)
     );
     let deadline = Instant::now() + Duration::from_secs(20);
     while put(urls[0].clone(), "after".into()).await.is_err()
@@ -667,7 +690,8 @@ async fn member_exits_when_its_wal_fails() {
     }
     for i in [0, 2] {
         let h = sim.signal_stop(i).expect("running");
-        sim.join(i, h).await.unwrap();
+        let exit = sim.join(i, h).await.unwrap();
+        assert!(matches!(exit, Exit::Stopped), "{}", exit.describe(i));
     }
 }
 

@@ -21,7 +21,7 @@ pub mod types;
 
 pub use error::{ProposeError, StoreError};
 pub use node::RaftNode;
-pub use types::{Member, NodeId, Raft, TypeConfig};
+pub use types::{Fatal, Member, NodeId, Raft, TypeConfig};
 
 #[cfg(test)]
 mod storage_suite;

@@ -47,8 +47,16 @@ pub enum ServerError {
     },
     #[error("cannot open data dir: {0}")]
     Storage(#[from] crate::raft::StoreError),
+    /// The flags give openraft settings it refuses.
     #[error("raft: {0}")]
-    Raft(String),
+    RaftConfig(#[from] openraft::ConfigError),
+    /// openraft could not start on the stored state.
+    #[error("raft: {0}")]
+    RaftStart(#[source] crate::raft::Fatal),
+    /// Raft stopped on its own, on a storage error (a WAL write or fsync, the state-machine
+    /// database): the member exits rather than answer as if it could persist.
+    #[error("raft: {0}")]
+    RaftStopped(#[source] crate::raft::Fatal),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -46,7 +46,7 @@ impl MemberDir {
 pub async fn open_member(cfg: &Config) -> Result<MemberDir, ServerError> {
     let dir = cfg.data_dir.join("member");
     crate::wal::create_dir_durable(&crate::wal::RealFs, &dir)?;
-    let channels = Channels::from_env().map_err(ServerError::Raft)?;
+    let channels = Channels::from_env().map_err(ServerError::Config)?;
     let (ident, fresh) = identity::load_or_create(cfg, &dir, &channels).await?;
     tracing::info!(
         name = %cfg.name,
@@ -116,7 +116,7 @@ fn raft_config(cfg: &Config) -> Result<openraft::Config, ServerError> {
         ..Default::default()
     }
     .validate()
-    .map_err(|e| ServerError::Raft(e.to_string()))
+    .map_err(ServerError::RaftConfig)
 }
 
 /// Opens the log and the state machine and starts Raft on them. A member of a new cluster
@@ -141,7 +141,7 @@ pub async fn start_raft(
         sm.clone(),
     )
     .await
-    .map_err(|e| ServerError::Raft(e.to_string()))?;
+    .map_err(ServerError::RaftStart)?;
     let node = RaftNode {
         id: member.ident.member_id,
         raft: raft.clone(),

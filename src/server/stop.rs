@@ -15,14 +15,14 @@ use openraft::async_runtime::WatchReceiver;
 
 use super::serve::Serving;
 use super::{membership, ServerError};
-use crate::raft::{Raft, RaftNode};
+use crate::raft::{Fatal, Raft, RaftNode};
 
 /// Why a member stopped.
 pub enum StopReason {
     /// The caller asked (a signal, a test).
     Asked,
     /// Raft stopped on its own, on a storage error.
-    RaftFailed(String),
+    RaftFailed(Fatal),
     /// The cluster removed this member.
     Removed,
 }
@@ -78,7 +78,7 @@ pub async fn shut_down(
         t.abort();
     }
     match reason {
-        StopReason::RaftFailed(why) => Err(ServerError::Raft(why)),
+        StopReason::RaftFailed(why) => Err(ServerError::RaftStopped(why)),
         StopReason::Asked | StopReason::Removed => Ok(()),
     }
 }
@@ -86,13 +86,13 @@ pub async fn shut_down(
 /// Resolves when Raft stops without being asked to: openraft stops on a storage error (a WAL
 /// write or fsync, the state-machine database), and a member that cannot persist must not
 /// keep answering as if it could. etcd exits in the same cases.
-async fn raft_stopped(raft: Raft) -> String {
+async fn raft_stopped(raft: Raft) -> Fatal {
     // The sender lives in openraft's core task: `changed` fails once the core has ended.
     let mut rx = raft.server_metrics();
     while rx.changed().await.is_ok() {}
     match &raft.metrics().borrow_watched().running_state {
-        Err(e) => e.to_string(),
-        Ok(()) => "raft stopped".to_string(),
+        Err(e) => e.clone(),
+        Ok(()) => Fatal::Stopped,
     }
 }
 
