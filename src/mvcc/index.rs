@@ -2,7 +2,7 @@
 
 use prost::Message;
 
-use super::MvccError;
+use super::error::MvccError;
 use crate::proto::mvccpb::KeyValue;
 
 /// A point in the history: `main` is bumped once per write request, `sub` numbers the
@@ -16,7 +16,7 @@ pub struct Revision {
 }
 
 impl Revision {
-    /// Key of this revision in the history tree. Big endian so that sled's byte order is
+    /// Key of this revision in the history tree. Big endian so that the engine's byte order is
     /// revision order (revisions are never negative).
     pub fn to_bytes(self) -> [u8; 16] {
         let mut b = [0u8; 16];
@@ -263,4 +263,12 @@ impl Record {
             kv: KeyValue::decode(rest)?,
         })
     }
+}
+
+/// An 8-byte big-endian integer, as the lease and meta trees store them.
+pub(crate) fn decode_i64(v: &[u8]) -> Result<i64, MvccError> {
+    let b: [u8; 8] = v
+        .try_into()
+        .map_err(|_| MvccError::Storage("bad revision in meta tree".into()))?;
+    Ok(i64::from_be_bytes(b))
 }
