@@ -3,10 +3,18 @@
 //!
 //! A batch runs every request against [`Batch`] (applied state + overlay of this batch's
 //! changes); the overlay then becomes one [`Layer`] of the pending buffer, which reaches the
-//! engine in one atomic batch with the layers around it. The applier is single-threaded, so the
-//! applied state cannot change underneath a batch. Every change is logged for undo: a failed
-//! request rolls back to its start, a storage error rolls back the whole batch (the key index
-//! included, see [`super::mem_index`] for why in-place changes are safe for readers).
+//! engine in one atomic batch with the layers around it.
+//!
+//! # Invariants
+//! - One applier: the applied state cannot change underneath a batch (the store's apply lock).
+//! - Every change is logged for undo: a failed request leaves the overlay, the key index and
+//!   the counters as they were before it; a storage error rolls back the whole batch, the key
+//!   index and the published compacted revision included (see [`super::mem_index`] for why
+//!   in-place index changes are safe for readers).
+//! - Nothing leaves the batch before it ends: the overlay becomes a [`Layer`] only once every
+//!   request ran, so readers never see part of a batch's history or leases.
+//! - A request that changes something bumps the revision by exactly one; its changes get sub
+//!   revisions 0, 1, ... in the order they are made.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;

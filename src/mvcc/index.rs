@@ -1,4 +1,11 @@
 //! Revisions, the per-key revision index and the history record encoding.
+//!
+//! # Invariants
+//! - [`Revision::to_bytes`] orders bytewise as revisions order, and round-trips through
+//!   [`Revision::from_bytes`]; it is the history tree's key encoding on disk.
+//! - [`Record`]'s encoding (tombstone flag byte + prost `KeyValue`) is the history tree's
+//!   value encoding on disk; both encodings are part of the data-dir and snapshot formats.
+//! - A [`KeyIndex`] keeps the invariants stated on its type.
 
 use prost::Message;
 

@@ -30,11 +30,11 @@
 //! - Compaction at C keeps, per key, the newest revision <= C unless it is a tombstone,
 //!   and everything newer than C. Hence any revision R >= C reads the same data as before
 //!   the compaction. The apply only publishes C; the key index and the history are
-//!   compacted in the background once the batch is committed (see [`garbage`]).
+//!   compacted in the background once the batch is persisted (see [`garbage`]).
 //! - The published current revision (an atomic) is raised only after the batch that
 //!   produced it is in the pending buffer, so readers never look for data that is not there
 //!   yet. Every read of the trees goes through the buffer first.
-//!   The published compacted revision is raised *before* the compaction commits, and
+//!   The published compacted revision is raised *before* the compaction is applied, and
 //!   readers check it again after reading: a read that raced with a compaction fails
 //!   with [`MvccError::Compacted`] rather than returning partial data.
 //! - The engine holds a prefix of the applied batches, whole batches only, including the
@@ -133,7 +133,7 @@ struct Inner {
     apply_lock: Mutex<()>,
     /// Read-held by every [`Image`] until its history is copied; the garbage collector and a
     /// load, which delete history, take it for writing. Images and loads take it under
-    /// `apply_lock`; the collector only tries, between commits.
+    /// `apply_lock`; the collector only tries, between persists.
     history_gate: Arc<tokio::sync::RwLock<()>>,
 }
 

@@ -1,4 +1,9 @@
 //! The write requests the store applies, and their responses.
+//!
+//! # Invariants
+//! - A [`WriteRequest`] is deterministic given the store's state: every member that applies the
+//!   same requests in the same order reaches the same state and answers the same responses
+//!   (ids and TTLs are chosen by the proposer, never by the apply).
 
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,

@@ -64,7 +64,11 @@ fn range_bounds_and_order<E: Engine>(e: &E) {
     assert!(scan(Excluded(b"a"), Excluded(b"a")).is_empty());
     assert!(scan(Included(b"b"), Excluded(b"a")).is_empty());
     assert!(scan(Included(b"b"), Included(b"a")).is_empty());
-    assert_eq!(keys::<E>(e.iter(Tree::Meta)), v(&[b"k"]), "other trees unchanged");
+    assert_eq!(
+        keys::<E>(e.iter(Tree::Meta)),
+        v(&[b"k"]),
+        "other trees unchanged"
+    );
 
     // Reverse order, and both ends of one scan.
     let back: Vec<_> = e
