@@ -4,8 +4,8 @@
 //!
 //! A test arms it with [`crash_after`]`(Some(n))`: the n-th crash point this thread reaches
 //! flushes the engine, so that everything written up to there is durable (as the engine's
-//! background flush may have made it before a real crash), and fails. The caller stops there as it would
-//! at a crash; the test drops the store and reopens it from the same directory.
+//! background flush may have made it before a real crash), and fails. The caller stops there
+//! as it would at a crash; the test drops the store and reopens it from the same directory.
 //!
 //! # Invariants
 //! - Outside `cfg(test)` a crash point has no effect; under test it fires only on the thread

@@ -385,8 +385,8 @@ impl MvccStore {
     }
 
     /// Applies `reqs` in order and writes `meta` (`None` = delete) into [`META_TREE`], as one
-    /// unit: they reach the engine in the same atomic batch (see [`pending`]), later. A request that
-    /// fails changes nothing and gets its error in the returned vector; the outer error means
+    /// unit: they reach the engine in the same atomic batch (see [`pending`]), later. A request
+    /// that fails changes nothing and gets its error in the returned vector; the outer error means
     /// nothing at all was written (a storage read failed, or a reserved meta key). Does not
     /// flush.
     pub fn apply(

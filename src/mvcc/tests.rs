@@ -885,8 +885,8 @@ fn concurrent_reads_are_consistent_with_their_revision() {
 }
 
 /// Persists move applied writes from the pending buffer to the engine while readers run: no
-/// read may miss a write in between (the buffer drops a layer only after the engine has it). Each put
-/// creates a new key, so a listing at revision R holds R - 1 keys and the history from 2
+/// read may miss a write in between (the buffer drops a layer only after the engine has it).
+/// Each put creates a new key, so a listing at revision R holds R - 1 keys and the history from 2
 /// holds R - 1 events.
 #[test]
 fn reads_see_every_write_while_persists_move_it_to_the_engine() {

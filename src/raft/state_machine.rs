@@ -11,8 +11,8 @@
 //!   re-applies from the engine's last-applied up to the durable committed index in the WAL.
 //! - A snapshot is a point-in-time dump taken on the state-machine task (apply is paused while
 //!   it copies), written to a file that is fsynced, renamed and whose directory is fsynced.
-//!   The engine is flushed before the snapshot is reported built, because openraft may purge the log
-//!   below it right after.
+//!   The engine is flushed before the snapshot is reported built, because openraft may purge
+//!   the log below it right after.
 //! - The lessor (in-memory lease expiries) hears of a batch's grants and revokes after the
 //!   batch commits and before any of its proposers is answered.
 //! - Installing a snapshot is crash-safe: the payload is decoded and checked first (only a
@@ -147,17 +147,17 @@ impl StateMachine {
         Ok(())
     }
 
-    /// Rolls the state machine back to the newest snapshot (or to empty) if it holds applied state beyond
-    /// both the log's end (`last_log`, the last index the log store holds or purged) and that
-    /// snapshot.
+    /// Rolls the state machine back to the newest snapshot (or to empty) if it holds applied
+    /// state beyond both the log's end (`last_log`, the last index the log store holds or
+    /// purged) and that snapshot.
     ///
     /// This happens after a power loss: a leader applies an entry once its followers made it
-    /// durable, before its own fsync returns, and the engine's background flush may persist that
-    /// state while the WAL loses the entry. The applied state is correct (only committed entries
-    /// are applied), but openraft reads "applied beyond the log" as "snapshot installed, log
-    /// not yet purged" and purges up to the applied index, past the newest snapshot, which it
-    /// then refuses to start with. Rolled back, the member re-applies what its log holds and
-    /// gets the rest from the leader.
+    /// durable, before its own fsync returns, and the engine's background flush may persist
+    /// that state while the WAL loses the entry. The applied state is correct (only committed
+    /// entries are applied), but openraft reads "applied beyond the log" as "snapshot
+    /// installed, log not yet purged" and purges up to the applied index, past the newest
+    /// snapshot, which it then refuses to start with. Rolled back, the member re-applies what
+    /// its log holds and gets the rest from the leader.
     pub fn roll_back_if_ahead_of(&self, last_log: u64) -> Result<(), StoreError> {
         let applied = self.last_applied()?.map_or(0, |l| l.index);
         let snapshot = snapshot_file::latest(&self.shared.snap_dir)?;
@@ -531,8 +531,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), io::Error> {
         // Readers wait for the end of the install rather than see a half-loaded store.
         let _no_reads = self.shared.install_gate.write().await;
-        // Writing a whole key space into the engine takes seconds; the worker's other tasks (peer
-        // and client connections, Raft's core) must not wait for it.
+        // Writing a whole key space into the engine takes seconds; the worker's other tasks
+        // (peer and client connections, Raft's core) must not wait for it.
         blocking(|| -> Result<(), io::Error> {
             // Before the file is written: as the newest snapshot, a file that cannot be
             // loaded would fail every restart.
