@@ -3,14 +3,14 @@
 //!
 //! - `mvcc_apply_puts`: what the state machine pays per applied batch: the batch goes into the
 //!   pending buffer; the committer thread writes it to sled in the background (every 100 ms).
-//! - `mvcc_apply_commit_puts`: apply followed by an explicit commit, i.e. one sled transaction
-//!   per batch: the cost the pending buffer takes off the apply path.
+//! - `mvcc_apply_commit_puts`: apply followed by an explicit `persist_pending`, i.e. one sled
+//!   transaction per batch: the cost the pending buffer takes off the apply path.
 //! - `mvcc_apply_compaction`: the apply of a compaction of 10k keys with 4 revisions each
 //!   (30k revisions removed): what every write waits for behind it. The key index and the
 //!   history are compacted later, in the background, and not measured here.
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use kvd::mvcc::{MvccStore, WriteRequest};
+use kvd::mvcc::{MvccStore, StoreEngine, WriteRequest};
 use kvd::proto::etcdserverpb::{CompactionRequest, PutRequest};
 
 fn puts(next: &mut u64, n: usize) -> Vec<WriteRequest> {
@@ -30,8 +30,7 @@ fn puts(next: &mut u64, n: usize) -> Vec<WriteRequest> {
 fn bench(c: &mut Criterion, group: &str, commit: bool) {
     let mut g = c.benchmark_group(group);
     for batch in [1usize, 64, 256] {
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let store = MvccStore::open(&db).unwrap();
+        let store = MvccStore::open(StoreEngine::temporary().unwrap()).unwrap();
         let mut next = 0u64;
         g.throughput(Throughput::Elements(batch as u64));
         g.bench_with_input(BenchmarkId::from_parameter(batch), &batch, |b, &n| {
@@ -39,7 +38,7 @@ fn bench(c: &mut Criterion, group: &str, commit: bool) {
                 let out = store.apply(&puts(&mut next, n), &[]).unwrap();
                 assert!(out.iter().all(|r| r.is_ok()));
                 if commit {
-                    store.commit().unwrap();
+                    store.persist_pending().unwrap();
                 }
             })
         });
@@ -56,15 +55,14 @@ fn mvcc_apply_commit_puts(c: &mut Criterion) {
 }
 
 /// A store holding `revs` revisions of each of 10k keys, and its current revision.
-fn history(revs: usize) -> (sled::Db, MvccStore, i64) {
-    let db = sled::Config::new().temporary(true).open().unwrap();
-    let store = MvccStore::open(&db).unwrap();
+fn history(revs: usize) -> (MvccStore, i64) {
+    let store = MvccStore::open(StoreEngine::temporary().unwrap()).unwrap();
     let mut next = 0u64;
     for _ in 0..revs * 10_000 / 256 + 1 {
         store.apply(&puts(&mut next, 256), &[]).unwrap();
     }
     let rev = store.current_revision();
-    (db, store, rev)
+    (store, rev)
 }
 
 fn mvcc_apply_compaction(c: &mut Criterion) {
@@ -73,7 +71,7 @@ fn mvcc_apply_compaction(c: &mut Criterion) {
     g.bench_function("10k_keys_x4", |b| {
         b.iter_batched_ref(
             || history(4),
-            |(_db, store, rev)| {
+            |(store, rev)| {
                 let req = WriteRequest::Compact(CompactionRequest {
                     revision: *rev,
                     physical: false,

@@ -2,20 +2,30 @@
 //! of the applied state, the key index is changed in place.
 //!
 //! A batch runs every request against [`Batch`] (applied state + overlay of this batch's
-//! changes); the overlay then becomes one [`Layer`] of the pending buffer, which reaches sled
-//! in one transaction with the layers around it. The applier is single-threaded, so the
-//! applied state cannot change underneath a batch. Every change is logged for undo: a failed
-//! request rolls back to its start, a storage error rolls back the whole batch (the key index
-//! included, see [`super::mem_index`] for why in-place changes are safe for readers).
+//! changes); the overlay then becomes one [`Layer`] of the pending buffer, which reaches the
+//! engine in one atomic batch with the layers around it.
+//!
+//! # Invariants
+//! - One applier: the applied state cannot change underneath a batch (the store's apply lock).
+//! - Every change is logged for undo: a failed request leaves the overlay, the key index and
+//!   the counters as they were before it; a storage error rolls back the whole batch, the key
+//!   index and the published compacted revision included (see [`super::mem_index`] for why
+//!   in-place index changes are safe for readers).
+//! - Nothing leaves the batch before it ends: the overlay becomes a [`Layer`] only once every
+//!   request ran, so readers never see part of a batch's history or leases.
+//! - A request that changes something bumps the revision by exactly one; its changes get sub
+//!   revisions 0, 1, ... in the order they are made.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 
+use super::error::MvccError;
 use super::index::{Found, KeyIndex, Query, Record, Revision};
+use super::key_range::KeyRange;
 use super::pending::Layer;
-use super::view::{live_kvs, range_at, Committed, KeyRange, View};
-use super::{MvccError, WriteRequest, WriteResponse};
+use super::request::{WriteRequest, WriteResponse};
+use super::view::{lease_keys_in, leases_keys_in, live_kvs, range_at, Applied, View};
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::response_op::Response;
@@ -70,14 +80,13 @@ impl Ctx {
 }
 
 pub(crate) struct Batch<'a> {
-    committed: Committed<'a>,
+    applied: Applied<'a>,
     /// Encoded records written by the batch (always `Some`: compaction removes records in
     /// the background, see `garbage`).
     rev: BTreeMap<Revision, Option<Vec<u8>>>,
     /// Lease id -> granted TTL; `None` = revoked.
     leases: BTreeMap<i64, Option<i64>>,
-    leases_tree: &'a sled::Tree,
-    /// Every change of the batch, oldest first, to roll back a failed request or commit.
+    /// Every change of the batch, oldest first, to roll back a failed request or batch.
     undo: Vec<Undo>,
     pub cur: i64,
     pub compacted: i64,
@@ -88,7 +97,7 @@ pub(crate) struct Batch<'a> {
 
 impl View for Batch<'_> {
     fn find(&self, key: &[u8], q: Query) -> Result<Option<Found>, MvccError> {
-        self.committed.find(key, q)
+        self.applied.find(key, q)
     }
 
     fn scan(
@@ -96,31 +105,25 @@ impl View for Batch<'_> {
         kr: &KeyRange,
         f: &mut dyn FnMut(&[u8], &KeyIndex) -> bool,
     ) -> Result<(), MvccError> {
-        self.committed.scan(kr, f)
+        self.applied.scan(kr, f)
     }
 
     fn record(&self, rev: Revision) -> Result<Option<Record>, MvccError> {
         match self.rev.get(&rev) {
             Some(Some(b)) => Ok(Some(Record::decode(b)?)),
             Some(None) => Ok(None),
-            None => self.committed.record(rev),
+            None => self.applied.record(rev),
         }
     }
 }
 
 impl<'a> Batch<'a> {
-    pub fn new(
-        committed: Committed<'a>,
-        leases_tree: &'a sled::Tree,
-        cur: i64,
-        published_compacted: &'a AtomicI64,
-    ) -> Self {
+    pub fn new(applied: Applied<'a>, cur: i64, published_compacted: &'a AtomicI64) -> Self {
         let compacted = published_compacted.load(AtomicOrdering::SeqCst);
         Batch {
-            committed,
+            applied,
             rev: BTreeMap::new(),
             leases: BTreeMap::new(),
-            leases_tree,
             undo: Vec::new(),
             cur,
             compacted,
@@ -142,7 +145,7 @@ impl<'a> Batch<'a> {
     fn lease_ttl(&self, id: i64) -> Result<Option<i64>, MvccError> {
         match self.leases.get(&id) {
             Some(ttl) => Ok(*ttl),
-            None => super::lease_ttl_in(self.committed.pending, self.leases_tree, id),
+            None => self.applied.lease_ttl(id),
         }
     }
 
@@ -152,7 +155,7 @@ impl<'a> Batch<'a> {
     }
 
     fn push_idx(&mut self, key: &[u8], rev: Revision, tombstone: bool) {
-        self.committed.idx.push(key, rev, tombstone);
+        self.applied.idx.push(key, rev, tombstone);
         self.undo.push(Undo::IdxPush(key.to_vec()));
     }
 
@@ -188,7 +191,7 @@ impl<'a> Batch<'a> {
     fn rollback_to(&mut self, mark: usize) {
         while self.undo.len() > mark {
             match self.undo.pop().expect("len > mark") {
-                Undo::IdxPush(k) => self.committed.idx.unpush(&k),
+                Undo::IdxPush(k) => self.applied.idx.unpush(&k),
                 Undo::Rev(r, Some(v)) => {
                     self.rev.insert(r, v);
                 }
@@ -254,7 +257,7 @@ impl<'a> Batch<'a> {
         if self.lease_ttl(req.id)?.is_none() {
             return Err(MvccError::LeaseNotFound);
         }
-        let keys = super::lease_keys_in(&*self, self.cur, req.id)?;
+        let keys = lease_keys_in(&*self, self.cur, req.id)?;
         self.revoke_with_keys(req.id, keys)?;
         Ok(LeaseRevokeResponse {
             header: header(self.cur),
@@ -271,7 +274,7 @@ impl<'a> Batch<'a> {
                 live.push(id);
             }
         }
-        let mut keys = super::leases_keys_in(&*self, self.cur, &live.iter().copied().collect())?;
+        let mut keys = leases_keys_in(&*self, self.cur, &live.iter().copied().collect())?;
         for id in live {
             self.revoke_with_keys(id, keys.remove(&id).unwrap_or_default())?;
         }
@@ -324,13 +327,13 @@ impl<'a> Batch<'a> {
             return Err(MvccError::LeaseNotFound);
         }
         // The previous value is read from the history only when the request needs more of it
-        // than the index knows (a history read is a sled lookup, blocked while a commit runs).
+        // than the index knows (a history read is an engine lookup, blocked while a persist runs).
         let (prev, life) = if req.prev_kv || req.ignore_value || req.ignore_lease {
             let prev = self.live(&req.key)?;
             let life = prev.as_ref().map(|p| (p.create_revision, p.version));
             (prev, life)
         } else {
-            let life = self.committed.idx.life(&req.key);
+            let life = self.applied.idx.life(&req.key);
             #[cfg(debug_assertions)]
             {
                 let read = self.live(&req.key)?;
@@ -425,7 +428,7 @@ impl<'a> Batch<'a> {
             return Err(MvccError::FutureRev);
         }
         // Only the revision: the key index and the history are compacted in the background
-        // once this batch is committed (see `garbage`). Every read at or above `at` sees the
+        // once this batch is persisted (see `garbage`). Every read at or above `at` sees the
         // same data either way, and reads below it are refused from now on.
         self.published_compacted.store(at, AtomicOrdering::SeqCst);
         self.compacted = at;

@@ -1,10 +1,14 @@
 //! Request validation done by etcd's gRPC layer (`v3rpc/key.go`) before a request is
 //! proposed. The store itself accepts any request; these helpers let the API layer reject
 //! the same requests etcd rejects, with the same errors.
+//!
+//! # Invariants
+//! - The checks read nothing but the request: they run before proposal and give every member
+//!   and every retry the same answer.
 
 use std::collections::HashSet;
 
-use super::MvccError;
+use super::error::MvccError;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::{

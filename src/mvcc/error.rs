@@ -95,12 +95,6 @@ impl MvccError {
     }
 }
 
-impl From<sled::Error> for MvccError {
-    fn from(e: sled::Error) -> Self {
-        MvccError::Storage(e.to_string())
-    }
-}
-
 impl From<prost::DecodeError> for MvccError {
     fn from(e: prost::DecodeError) -> Self {
         MvccError::Storage(format!("corrupt record: {e}"))

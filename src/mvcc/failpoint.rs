@@ -3,11 +3,18 @@
 //! compiles to nothing, so no release binary carries it.
 //!
 //! A test arms it with [`crash_after`]`(Some(n))`: the n-th crash point this thread reaches
-//! flushes sled, so that everything written up to there is durable (as sled's background
-//! flush may have made it before a real crash), and fails. The caller stops there as it would
-//! at a crash; the test drops the store and reopens it from the same directory.
+//! flushes the engine, so that everything written up to there is durable (as the engine's
+//! background flush may have made it before a real crash), and fails. The caller stops there
+//! as it would at a crash; the test drops the store and reopens it from the same directory.
+//!
+//! # Invariants
+//! - Outside `cfg(test)` a crash point has no effect; under test it fires only on the thread
+//!   that armed it, so tests running in parallel do not crash each other's stores.
 
-use super::MvccError;
+#[cfg(test)]
+use super::engine::Engine;
+use super::engine::StoreEngine;
+use super::error::MvccError;
 
 #[cfg(test)]
 thread_local! {
@@ -22,18 +29,18 @@ pub fn crash_after(n: Option<usize>) {
 
 /// A point where a crash must leave a state that reopening repairs.
 #[inline]
-pub fn crash_point(db: &sled::Db) -> Result<(), MvccError> {
+pub fn crash_point(engine: &StoreEngine) -> Result<(), MvccError> {
     #[cfg(test)]
     match LEFT.with(|l| l.get()) {
         Some(1) => {
             LEFT.with(|l| l.set(None));
-            db.flush()?;
+            engine.flush()?;
             return Err(MvccError::Storage("injected crash".into()));
         }
         Some(n) => LEFT.with(|l| l.set(Some(n.saturating_sub(1)))),
         None => {}
     }
     #[cfg(not(test))]
-    let _ = db;
+    let _ = engine;
     Ok(())
 }

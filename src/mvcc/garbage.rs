@@ -2,12 +2,12 @@
 //! history records it removes.
 //!
 //! A compaction's apply only publishes the new compacted revision (and stores it with its
-//! batch). Once that batch is committed to sled, the committer thread compacts the key index
-//! ([`MemIndex::compact`], a chunk of keys per lock) and deletes the removed records from sled,
-//! [`CHUNK`] at a time, pausing between chunks. etcd does the same: its apply compacts the
-//! index and schedules the deletion, done in batches of 1,000 keys with pauses between.
-//! Doing it all in the apply stopped every member's writes at once: 3.5 s for 150,000
-//! removed revisions, mostly sled deletions at ~25-35 us each.
+//! batch). Once that batch is persisted, the committer thread compacts the key index
+//! ([`MemIndex::compact`], a chunk of keys per lock) and deletes the removed records from the
+//! engine, [`CHUNK`] at a time, pausing between chunks, so that a compaction does not stop
+//! every member's writes while it deletes. etcd does the same: its apply compacts the index
+//! and schedules the deletion, done in batches of 1,000 keys with pauses between. Why:
+//! docs/decisions/mvcc-0002-background-compaction.md.
 //!
 //! # Invariants
 //! - Leaving the index uncompacted for a while changes no answer: every read is at a
@@ -15,9 +15,9 @@
 //!   revision <= R of a key is the same for every R >= C whether or not older ones are still
 //!   listed. The one reader that walks the history by revision instead,
 //!   [`super::MvccStore::events_since`], skips tombstones at or below C (always garbage).
-//! - A compaction is scheduled only once the layer holding it is in sled
-//!   ([`super::pending::Pending::commit`]). Every record it removes was applied before it, so
-//!   it is in sled by then: a later commit never writes a deleted record back.
+//! - A compaction is scheduled only once the layer holding it is in the engine
+//!   ([`super::pending::PendingWrites::persist`]). Every record it removes was applied before
+//!   it, so it is in the engine by then: a later persist never writes a deleted record back.
 //! - Each step runs with the history gate held for writing: no snapshot image is being copied
 //!   (an image needs every record up to its revision) and no load replaces the trees.
 //! - Nothing here is persistent. A crash or a close loses the queue, harmlessly: opening or
@@ -28,12 +28,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::engine::{Engine, StoreEngine, Tree, WriteBatch};
+use super::error::MvccError;
 use super::index::Revision;
 use super::mem_index::MemIndex;
-use super::MvccError;
 
-/// Records deleted per sled batch: a few milliseconds of work, so neither the committer's
-/// commits nor a snapshot waiting for the history gate are held up for long.
+/// Records deleted per engine batch: a few milliseconds of work, so neither the committer's
+/// persists nor a snapshot waiting for the history gate are held up for long.
 pub const CHUNK: usize = 256;
 
 /// After a chunk, the collector rests this many times as long as the chunk took: deletion
@@ -50,9 +51,9 @@ pub(crate) struct Garbage {
 
 #[derive(Default)]
 struct Queue {
-    /// A committed compaction whose key index is not compacted yet.
+    /// A persisted compaction whose key index is not compacted yet.
     scheduled: Option<i64>,
-    /// Records removed from the index, to delete from sled.
+    /// Records removed from the index, to delete from the engine.
     revs: Vec<Revision>,
     /// When the current run of work started, and how many records it has deleted.
     since: Option<(Instant, usize)>,
@@ -73,7 +74,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Garbage {
-    /// Schedules the index compaction of a committed compaction at `at`.
+    /// Schedules the index compaction of a persisted compaction at `at`.
     pub fn schedule(&self, at: i64) {
         let mut q = lock(&self.queue);
         q.scheduled = Some(q.scheduled.map_or(at, |s| s.max(at)));
@@ -115,11 +116,11 @@ impl Garbage {
     }
 
     /// One unit of work, inside [`Self::enter`]: compacts `idx` for a scheduled compaction,
-    /// else deletes up to [`CHUNK`] queued records from `rev` in one sled batch.
+    /// else deletes up to [`CHUNK`] queued records from the history in one engine batch.
     pub fn step(
         &self,
         idx: &MemIndex,
-        rev: &sled::Tree,
+        engine: &StoreEngine,
         gate: &tokio::sync::RwLock<()>,
     ) -> Result<Step, MvccError> {
         let Ok(_no_images) = gate.try_write() else {
@@ -148,13 +149,13 @@ impl Garbage {
         if chunk.is_empty() {
             return Ok(Step::Idle);
         }
-        let mut batch = sled::Batch::default();
+        let mut batch = WriteBatch::default();
         for r in &chunk {
-            batch.remove(&r.to_bytes()[..]);
+            batch.delete(Tree::Rev, r.to_bytes().to_vec());
         }
-        if let Err(e) = rev.apply_batch(batch) {
+        if let Err(e) = engine.write(batch) {
             lock(&self.queue).revs.extend(chunk);
-            return Err(e.into());
+            return Err(e);
         }
         crate::metrics::COMPACTION_KEYS.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         let took = started.elapsed();

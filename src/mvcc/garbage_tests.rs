@@ -3,9 +3,10 @@
 
 use super::tests::{compact, del, put, temp_store};
 use super::*;
+use crate::proto::etcdserverpb::CompactionRequest;
 
 /// a@2 a@3 b@4 b deleted@5 a@6, then a compaction at 5 (and a failing one in the same batch).
-/// The collector of `s` is stopped first, so the removed records stay in sled.
+/// The collector of `s` is stopped first, so the removed records stay in the engine.
 fn compacted_with_garbage_left(s: &MvccStore) {
     s.inner.pending.garbage.close();
     put(s, "a", "1");
@@ -22,14 +23,13 @@ fn compacted_with_garbage_left(s: &MvccStore) {
     let out = s.apply(&reqs, &[]).unwrap();
     assert!(out[0].is_ok());
     assert_eq!(out[1], Err(MvccError::Compacted));
-    s.commit().unwrap();
+    s.persist_pending().unwrap();
     assert_eq!(history(s), [2, 3, 4, 5, 6], "nothing deleted yet");
 }
 
 fn history(s: &MvccStore) -> Vec<i64> {
-    s.inner
-        .rev
-        .iter()
+    s.engine()
+        .iter(engine::Tree::Rev)
         .map(|item| Revision::from_bytes(&item.unwrap().0).unwrap().main)
         .collect()
 }
@@ -72,7 +72,7 @@ fn reopen_deletes_compacted_records_a_close_left() {
     let (_d, db, s) = temp_store();
     compacted_with_garbage_left(&s);
     drop(s);
-    let s = MvccStore::open(&db).unwrap();
+    let s = MvccStore::open(db.clone()).unwrap();
     assert_reads_as_compacted_at_5(&s);
     s.settle();
     assert_eq!(history(&s), [3, 6]);

@@ -4,8 +4,9 @@
 //! first depends on every step of the algorithm, so the steps, constants and the
 //! deterministic "random" pattern breaking all follow Go's implementation.
 //!
-//! Only `less` and swaps touch the data, in the same sequence as Go's `sort.Interface`
-//! calls, so any `less` gives the same permutation Go would produce with that `Less`.
+//! # Invariants
+//! - Only `less` and swaps touch the data, in the same sequence as Go's `sort.Interface`
+//!   calls, so any `less` gives the same permutation Go would produce with that `Less`.
 
 /// Slices of at most this many elements are sorted by insertion sort.
 const MAX_INSERTION: usize = 12;

@@ -1,8 +1,15 @@
 //! Revisions, the per-key revision index and the history record encoding.
+//!
+//! # Invariants
+//! - [`Revision::to_bytes`] orders bytewise as revisions order, and round-trips through
+//!   [`Revision::from_bytes`]; it is the history tree's key encoding on disk.
+//! - [`Record`]'s encoding (tombstone flag byte + prost `KeyValue`) is the history tree's
+//!   value encoding on disk; both encodings are part of the data-dir and snapshot formats.
+//! - A [`KeyIndex`] keeps the invariants stated on its type.
 
 use prost::Message;
 
-use super::MvccError;
+use super::error::MvccError;
 use crate::proto::mvccpb::KeyValue;
 
 /// A point in the history: `main` is bumped once per write request, `sub` numbers the
@@ -16,7 +23,7 @@ pub struct Revision {
 }
 
 impl Revision {
-    /// Key of this revision in the history tree. Big endian so that sled's byte order is
+    /// Key of this revision in the history tree. Big endian so that the engine's byte order is
     /// revision order (revisions are never negative).
     pub fn to_bytes(self) -> [u8; 16] {
         let mut b = [0u8; 16];
@@ -263,4 +270,12 @@ impl Record {
             kv: KeyValue::decode(rest)?,
         })
     }
+}
+
+/// An 8-byte big-endian integer, as the lease and meta trees store them.
+pub(crate) fn decode_i64(v: &[u8]) -> Result<i64, MvccError> {
+    let b: [u8; 8] = v
+        .try_into()
+        .map_err(|_| MvccError::Storage("bad revision in meta tree".into()))?;
+    Ok(i64::from_be_bytes(b))
 }

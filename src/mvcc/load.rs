@@ -3,10 +3,11 @@
 //! # Invariants
 //! - A load is atomic with respect to a crash and reopen. The marker [`META_LOADING`] is
 //!   durable before the first old entry is removed, and the load's last write removes it: one
-//!   sled batch that writes the whole new meta tree, the caller's metadata (Raft's
-//!   last-applied index and membership) included. sled recovers a prefix of its writes, so a
-//!   store reopened without the marker holds the old content or all of the new one; with the
-//!   marker it holds a mix, and [`MvccStore::load_interrupted`] tells the caller to load again.
+//!   engine batch that writes the whole new meta tree, the caller's metadata (Raft's
+//!   last-applied index and membership) included. The engine recovers a prefix of its batches
+//!   (see [`super::engine`]), so a store reopened without the marker holds the old content or
+//!   all of the new one; with the marker it holds a mix, and [`MvccStore::load_interrupted`]
+//!   tells the caller to load again.
 //! - Entries are checked ([`check_entries`]) before anything is removed: a load refused for
 //!   its content leaves the store as it was.
 //! - A load does not exclude readers (the trees change under them); the caller keeps reads
@@ -14,16 +15,15 @@
 
 use std::collections::BTreeMap;
 
+use super::engine::{Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
+use super::error::MvccError;
 use super::failpoint::crash_point;
-use super::{
-    exclude_images, MvccError, MvccStore, LEASE_TREE, LEGACY_IDX_TREE, META_TREE,
-    RESERVED_META_PREFIX, REV_TREE,
-};
+use super::{exclude_images, MvccStore, LEASE_TREE, META_TREE, RESERVED_META_PREFIX, REV_TREE};
 
 /// Set in the meta tree while a load runs (see the module doc).
 const META_LOADING: &[u8] = b"mvcc/loading";
 
-/// History and lease entries per sled batch. Small under test, so the crash tests stop a load
+/// History and lease entries per engine batch. Small under test, so the crash tests stop a load
 /// between batches.
 const BATCH: usize = if cfg!(test) { 4 } else { 1024 };
 
@@ -39,38 +39,34 @@ pub fn check_entries<'a>(
     Ok(())
 }
 
-/// Collects writes to one tree into sled batches of [`BATCH`].
+/// Collects writes to one tree into engine batches of [`BATCH`].
 struct Batcher<'a> {
-    db: &'a sled::Db,
-    tree: &'a sled::Tree,
-    batch: sled::Batch,
-    len: usize,
+    engine: &'a StoreEngine,
+    tree: Tree,
+    batch: WriteBatch<'static>,
 }
 
 impl<'a> Batcher<'a> {
-    fn new(db: &'a sled::Db, tree: &'a sled::Tree) -> Self {
+    fn new(engine: &'a StoreEngine, tree: Tree) -> Self {
         Batcher {
-            db,
+            engine,
             tree,
-            batch: sled::Batch::default(),
-            len: 0,
+            batch: WriteBatch::default(),
         }
     }
 
     fn insert(&mut self, k: Vec<u8>, v: Vec<u8>) -> Result<(), MvccError> {
-        self.batch.insert(k, v);
-        self.len += 1;
-        if self.len >= BATCH {
+        self.batch.put(self.tree, k, v);
+        if self.batch.len() >= BATCH {
             self.finish()?;
         }
         Ok(())
     }
 
     fn finish(&mut self) -> Result<(), MvccError> {
-        if self.len > 0 {
-            self.tree.apply_batch(std::mem::take(&mut self.batch))?;
-            self.len = 0;
-            crash_point(self.db)?;
+        if !self.batch.is_empty() {
+            self.engine.write(std::mem::take(&mut self.batch))?;
+            crash_point(self.engine)?;
         }
         Ok(())
     }
@@ -80,7 +76,7 @@ impl MvccStore {
     /// Replaces the whole store content with `entries` (as produced by [`Self::dump`]), then
     /// writes `meta` (`None` = delete) into [`META_TREE`] over what `entries` put there, in
     /// the same last write. Crash-atomic with [`Self::load_interrupted`] (see the module
-    /// doc); flushes sled before it returns.
+    /// doc); flushes the engine before it returns.
     pub fn load<I>(&self, entries: I, meta: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), MvccError>
     where
         I: IntoIterator<Item = (String, Vec<u8>, Vec<u8>)>,
@@ -96,28 +92,31 @@ impl MvccStore {
         let i = &self.inner;
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
         let _no_images = exclude_images(&i.history_gate);
+        let engine = &i.engine;
         i.pending.clear();
-        i.meta.insert(META_LOADING, &b"1"[..])?;
-        i.db.flush()?;
-        crash_point(&i.db)?;
+        let mut marker = WriteBatch::default();
+        marker.put(Tree::Meta, META_LOADING, &b"1"[..]);
+        engine.write(marker)?;
+        engine.flush()?;
+        crash_point(engine)?;
 
         // The old content goes; the meta tree keeps only the marker.
-        i.rev.clear()?;
-        crash_point(&i.db)?;
-        i.lease.clear()?;
-        crash_point(&i.db)?;
-        let mut old_meta = sled::Batch::default();
-        for k in i.meta.iter().keys() {
-            let k = k?;
-            if k != META_LOADING {
-                old_meta.remove(k);
+        engine.clear(Tree::Rev)?;
+        crash_point(engine)?;
+        engine.clear(Tree::Lease)?;
+        crash_point(engine)?;
+        let mut old_meta = WriteBatch::default();
+        for item in engine.iter(Tree::Meta) {
+            let (k, _) = item?;
+            if &k[..] != META_LOADING {
+                old_meta.delete(Tree::Meta, k.to_vec());
             }
         }
-        i.meta.apply_batch(old_meta)?;
-        crash_point(&i.db)?;
+        engine.write(old_meta)?;
+        crash_point(engine)?;
 
-        let mut rev = Batcher::new(&i.db, &i.rev);
-        let mut lease = Batcher::new(&i.db, &i.lease);
+        let mut rev = Batcher::new(engine, Tree::Rev);
+        let mut lease = Batcher::new(engine, Tree::Lease);
         let mut new_meta = BTreeMap::new();
         for (tree, k, v) in entries {
             match tree.as_str() {
@@ -132,16 +131,16 @@ impl MvccStore {
         rev.finish()?;
         lease.finish()?;
         new_meta.extend(meta.iter().cloned());
-        let mut last = sled::Batch::default();
+        let mut last = WriteBatch::default();
         for (k, v) in new_meta {
             if let Some(v) = v {
-                last.insert(k, v);
+                last.put(Tree::Meta, k, v);
             }
         }
-        last.remove(META_LOADING);
-        i.meta.apply_batch(last)?;
-        crash_point(&i.db)?;
-        i.db.flush()?;
+        last.delete(Tree::Meta, META_LOADING);
+        engine.write(last)?;
+        crash_point(engine)?;
+        engine.flush()?;
         self.rebuild_index()
     }
 

@@ -3,7 +3,7 @@
 //! It is not persisted: [`MemIndex::rebuild`] derives it from the history tree when the
 //! store opens or loads a snapshot, as etcd rebuilds its tree index from the backend. A
 //! persisted index would cost a rewrite of the key's whole revision list on every put, so
-//! a hot key would make each write O(its history).
+//! a hot key would make each write O(its history) (docs/decisions/mvcc-0003-memory-index.md).
 //!
 //! # Invariants
 //! - Two writers, each key under the write lock: the single applier, which appends
@@ -19,9 +19,10 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::engine::{Engine, StoreEngine, Tree};
+use super::error::MvccError;
 use super::index::{Found, KeyIndex, Query, Record, Revision};
-use super::view::KeyRange;
-use super::MvccError;
+use super::key_range::KeyRange;
 
 /// Keys compacted per hold of the write lock.
 const COMPACT_CHUNK: usize = 1024;
@@ -42,10 +43,10 @@ impl MemIndex {
         self.map.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Replaces the whole index with one derived from the history tree `rev`.
-    pub fn rebuild(&self, rev: &sled::Tree) -> Result<(), MvccError> {
+    /// Replaces the whole index with one derived from the history tree.
+    pub fn rebuild(&self, engine: &StoreEngine) -> Result<(), MvccError> {
         let mut map: BTreeMap<Vec<u8>, KeyIndex> = BTreeMap::new();
-        for item in rev.iter() {
+        for item in engine.iter(Tree::Rev) {
             let (k, v) = item?;
             let r = Revision::from_bytes(&k)?;
             let rec = Record::decode(&v)?;

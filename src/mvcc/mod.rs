@@ -1,9 +1,9 @@
-//! Multi-version key-value storage with etcd 3.4 semantics, on sled.
+//! Multi-version key-value storage with etcd 3.4 semantics, on a storage [`engine`].
 //!
 //! # Layout
-//! Three sled trees, changed through the write-back buffer of [`pending`]: an apply merges
-//! its batch into memory, a committer thread writes it to sled in one transaction about every
-//! 100 ms:
+//! Three engine trees, changed through the write-back buffer of [`pending`]: an apply merges
+//! its batch into memory, a committer thread persists it to the engine in one atomic batch
+//! about every 100 ms:
 //! - [`REV_TREE`]: the history. Key = main revision (8 bytes BE) ++ sub revision (8 bytes
 //!   BE); value = one tombstone flag byte ++ prost-encoded `KeyValue`. Tombstones hold only
 //!   `key` and `mod_revision`.
@@ -30,32 +30,42 @@
 //! - Compaction at C keeps, per key, the newest revision <= C unless it is a tombstone,
 //!   and everything newer than C. Hence any revision R >= C reads the same data as before
 //!   the compaction. The apply only publishes C; the key index and the history are
-//!   compacted in the background once the batch is committed (see [`garbage`]).
+//!   compacted in the background once the batch is persisted (see [`garbage`]).
 //! - The published current revision (an atomic) is raised only after the batch that
 //!   produced it is in the pending buffer, so readers never look for data that is not there
 //!   yet. Every read of the trees goes through the buffer first.
-//!   The published compacted revision is raised *before* the compaction commits, and
+//!   The published compacted revision is raised *before* the compaction is applied, and
 //!   readers check it again after reading: a read that raced with a compaction fails
 //!   with [`MvccError::Compacted`] rather than returning partial data.
-//! - sled holds a prefix of the applied batches, whole batches only, including the caller's
-//!   metadata; [`MvccStore::flush`] (and [`MvccStore::dump`]) commit everything first.
+//! - The engine holds a prefix of the applied batches, whole batches only, including the
+//!   caller's metadata; [`MvccStore::flush`] (and [`MvccStore::dump`]) persist everything
+//!   first.
 //! - One applier: [`MvccStore::apply`] and [`MvccStore::load`] serialize on a mutex;
 //!   reads run concurrently and lock-free.
 //! - History is deleted only by the background compaction ([`garbage`]) or a load, and both
 //!   first wait until no snapshot [`Image`] is being copied: an image reads its history from
-//!   sled after applies have moved on, and everything up to its revision is still there.
+//!   the engine after applies have moved on, and everything up to its revision is still there.
 //!   (An image may also hold compacted records not yet deleted; loading it compacts again.)
+//!
+//! # Modules
+//! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
+//! `request`, `gosort`, `check`; `mem_index`; `garbage`; `pending`; `view`; `apply`; this
+//! module with `load` (more `impl MvccStore`); `failpoint` beside `engine`. A module uses
+//! only modules before it.
 
 mod apply;
 mod check;
+pub mod engine;
 mod error;
 pub(crate) mod failpoint;
 mod garbage;
 mod gosort;
 mod index;
+mod key_range;
 mod load;
 mod mem_index;
 mod pending;
+mod request;
 mod view;
 
 #[cfg(test)]
@@ -66,37 +76,35 @@ mod model_tests;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Included, Unbounded};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
+pub use engine::{Engine, SledEngine, StoreEngine};
 pub use error::MvccError;
 pub use index::Revision;
 pub use load::check_entries;
+pub use request::{WriteRequest, WriteResponse};
 
 use apply::Batch;
-use index::{Query, Record};
+use engine::Tree;
+use index::{decode_i64, Query, Record};
+use key_range::KeyRange;
 use mem_index::MemIndex;
-use pending::{Pending, Trees, MAX_PENDING};
-use view::{range_at, Committed, KeyRange, View};
+use pending::{PendingWrites, MAX_PENDING};
+use view::{lease_keys_in, range_at, Applied, View};
 
-use crate::proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
-};
+use crate::proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 use crate::proto::mvccpb::{event::EventType, Event, KeyValue};
 
-/// sled tree holding the history by revision.
-pub const REV_TREE: &str = "mvcc_rev";
-/// sled tree that held a persisted key index in earlier versions; dropped on open and
-/// skipped in old snapshots.
-const LEGACY_IDX_TREE: &str = "mvcc_idx";
-/// sled tree holding leases.
-pub const LEASE_TREE: &str = "mvcc_lease";
-/// sled tree holding MVCC metadata and the caller's metadata.
-pub const META_TREE: &str = "mvcc_meta";
+/// Tree holding the history by revision.
+pub const REV_TREE: &str = Tree::Rev.name();
+/// Tree holding leases.
+pub const LEASE_TREE: &str = Tree::Lease.name();
+/// Tree holding MVCC metadata and the caller's metadata.
+pub const META_TREE: &str = Tree::Meta.name();
 /// Meta keys with this prefix belong to the MVCC layer; `apply` refuses them.
 pub const RESERVED_META_PREFIX: &[u8] = b"mvcc/";
 
@@ -105,35 +113,6 @@ const META_COMPACTED: &[u8] = b"mvcc/compacted_revision";
 
 /// Compacted revision of a store that was never compacted (etcd's `compactMainRev`).
 pub const NEVER_COMPACTED: i64 = -1;
-
-/// A write request, as carried in the replicated log.
-#[derive(Clone, Debug, PartialEq)]
-pub enum WriteRequest {
-    Put(PutRequest),
-    DeleteRange(DeleteRangeRequest),
-    Txn(TxnRequest),
-    Compact(CompactionRequest),
-    /// `id` must be non-zero and `ttl` final: the proposer chooses both.
-    LeaseGrant(LeaseGrantRequest),
-    LeaseRevoke(LeaseRevokeRequest),
-    /// Revokes the listed leases in list order, each exactly as a [`Self::LeaseRevoke`]
-    /// would (its own revision if it had keys), skipping ids that are not leases: the leader
-    /// proposes expired leases in batches, racing client revokes. Answered with a
-    /// `LeaseRevoke` response carrying the revision after the last one.
-    LeaseRevokeMany(Vec<i64>),
-}
-
-/// The response to a [`WriteRequest`]. `header.revision` is the store revision after the
-/// request; the other header fields are left for the server to fill.
-#[derive(Clone, Debug, PartialEq)]
-pub enum WriteResponse {
-    Put(PutResponse),
-    DeleteRange(DeleteRangeResponse),
-    Txn(TxnResponse),
-    Compact(CompactionResponse),
-    LeaseGrant(LeaseGrantResponse),
-    LeaseRevoke(LeaseRevokeResponse),
-}
 
 /// Events read from the history by [`MvccStore::events_since`].
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -146,39 +125,28 @@ pub struct Events {
 }
 
 struct Inner {
-    db: sled::Db,
-    rev: sled::Tree,
+    engine: StoreEngine,
     idx: MemIndex,
-    meta: sled::Tree,
-    lease: sled::Tree,
-    pending: Arc<Pending>,
+    pending: Arc<PendingWrites>,
     current: AtomicI64,
     compacted: AtomicI64,
     apply_lock: Mutex<()>,
     /// Read-held by every [`Image`] until its history is copied; the garbage collector and a
     /// load, which delete history, take it for writing. Images and loads take it under
-    /// `apply_lock`; the collector only tries, between commits.
+    /// `apply_lock`; the collector only tries, between persists.
     history_gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl Inner {
-    fn trees(&self) -> Trees<'_> {
-        Trees {
-            rev: &self.rev,
-            meta: &self.meta,
-            lease: &self.lease,
-        }
-    }
-
-    fn commit(&self) -> Result<(), MvccError> {
-        self.pending.commit(&self.trees())
+    fn persist_pending(&self) -> Result<(), MvccError> {
+        self.pending.persist(&self.engine)
     }
 }
 
 /// A snapshot image from [`MvccStore::image`]. Holding it delays compactions (not other
 /// applies), so copy it promptly.
 pub struct Image {
-    rev: sled::Tree,
+    engine: StoreEngine,
     upto: Revision,
     small: Vec<(String, Vec<u8>, Vec<u8>)>,
     _hold: tokio::sync::OwnedRwLockReadGuard<()>,
@@ -186,15 +154,16 @@ pub struct Image {
 
 impl Image {
     /// The image's entries as (tree name, key, value), in the form [`MvccStore::load`] takes:
-    /// the history up to the image's revision (read from sled now), then the small trees.
+    /// the history up to the image's revision (read from the engine now), then the small trees.
     pub fn entries(self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> {
         let Image {
-            rev,
+            engine,
             upto,
             small,
             _hold,
         } = self;
-        rev.range(..=upto.to_bytes())
+        engine
+            .range(Tree::Rev, Unbounded, Included(&upto.to_bytes()[..]))
             .map(move |item| {
                 // The gate is released when the history has been read, not before.
                 let _ = &_hold;
@@ -224,15 +193,15 @@ fn exclude_images(gate: &Arc<tokio::sync::RwLock<()>>) -> tokio::sync::RwLockWri
 impl Drop for Inner {
     /// A store closed normally leaves nothing behind in memory (a crash may; Raft re-applies).
     fn drop(&mut self) {
-        if let Err(e) = self.commit() {
-            tracing::error!(error = %e, "committing pending MVCC writes on close");
+        if let Err(e) = self.persist_pending() {
+            tracing::error!(error = %e, "persisting pending MVCC writes on close");
         }
     }
 }
 
-/// Commits the pending buffer when due, and does the background compaction work between
-/// commits, until the store is dropped.
-fn run_committer(pending: Arc<Pending>, store: Weak<Inner>) {
+/// Persists the pending buffer when due, and does the background compaction work between
+/// persists, until the store is dropped.
+fn run_committer(pending: Arc<PendingWrites>, store: Weak<Inner>) {
     let mut next_step = Instant::now();
     loop {
         let compacting = pending.garbage.has_work();
@@ -241,9 +210,9 @@ fn run_committer(pending: Arc<Pending>, store: Weak<Inner>) {
         } else {
             Duration::from_millis(200)
         };
-        // The store is upgraded only for a due commit or a compaction step: a store closed
+        // The store is upgraded only for a due persist or a compaction step: a store closed
         // with nothing pending (the server flushes on stop) is never kept open, holding
-        // sled's lock, by this thread. A step runs under `enter`, which the last handle's
+        // the engine's lock, by this thread. A step runs under `enter`, which the last handle's
         // drop waits on (see `Closer`).
         if !pending.wait_due(wait) {
             if store.strong_count() == 0 {
@@ -255,9 +224,9 @@ fn run_committer(pending: Arc<Pending>, store: Weak<Inner>) {
             continue;
         }
         let Some(inner) = store.upgrade() else { return };
-        if let Err(e) = inner.commit() {
+        if let Err(e) = inner.persist_pending() {
             // The writes stay pending (and readable); retry, without spinning.
-            tracing::error!(error = %e, "committing pending MVCC writes to sled");
+            tracing::error!(error = %e, "persisting pending MVCC writes");
             drop(inner);
             std::thread::sleep(Duration::from_secs(1));
         }
@@ -266,7 +235,7 @@ fn run_committer(pending: Arc<Pending>, store: Weak<Inner>) {
 
 /// One step of background compaction, unless the store is closed or gone. Returns how long
 /// to rest before the next.
-fn compaction_step(pending: &Pending, store: &Weak<Inner>) -> Duration {
+fn compaction_step(pending: &PendingWrites, store: &Weak<Inner>) -> Duration {
     let idle = Duration::from_millis(20);
     let Some(_running) = pending.garbage.enter() else {
         return idle;
@@ -276,7 +245,7 @@ fn compaction_step(pending: &Pending, store: &Weak<Inner>) -> Duration {
     };
     match pending
         .garbage
-        .step(&inner.idx, &inner.rev, &inner.history_gate)
+        .step(&inner.idx, &inner.engine, &inner.history_gate)
     {
         Ok(garbage::Step::Worked { rest }) => rest,
         // A snapshot copy or a load holds the history.
@@ -290,9 +259,9 @@ fn compaction_step(pending: &Pending, store: &Weak<Inner>) -> Duration {
 
 /// Dropped with the last [`MvccStore`] handle, before the store itself: stops the garbage
 /// collector and waits for its chunk in flight, so that the committer thread is not the one
-/// holding the database open when the owner has let go of it (a reopen would fail on sled's
-/// lock).
-struct Closer(Arc<Pending>);
+/// holding the database open when the owner has let go of it (a reopen would fail on the
+/// engine's lock).
+struct Closer(Arc<PendingWrites>);
 
 impl Drop for Closer {
     fn drop(&mut self) {
@@ -308,29 +277,12 @@ pub struct MvccStore {
     inner: Arc<Inner>,
 }
 
-fn decode_i64(v: &[u8]) -> Result<i64, MvccError> {
-    let b: [u8; 8] = v
-        .try_into()
-        .map_err(|_| MvccError::Storage("bad revision in meta tree".into()))?;
-    Ok(i64::from_be_bytes(b))
-}
-
 impl MvccStore {
-    /// Opens (or creates) the MVCC trees in `db`.
-    pub fn open(db: &sled::Db) -> Result<Self, MvccError> {
-        if db
-            .tree_names()
-            .iter()
-            .any(|n| n == LEGACY_IDX_TREE.as_bytes())
-        {
-            db.drop_tree(LEGACY_IDX_TREE)?;
-        }
+    /// Opens the store on `engine` (empty or holding a store).
+    pub fn open(engine: StoreEngine) -> Result<Self, MvccError> {
         let inner = Inner {
-            db: db.clone(),
-            rev: db.open_tree(REV_TREE)?,
+            engine,
             idx: MemIndex::default(),
-            meta: db.open_tree(META_TREE)?,
-            lease: db.open_tree(LEASE_TREE)?,
             pending: Arc::default(),
             current: AtomicI64::new(1),
             compacted: AtomicI64::new(NEVER_COMPACTED),
@@ -356,7 +308,7 @@ impl MvccStore {
     /// queued for deletion.
     fn rebuild_index(&self) -> Result<(), MvccError> {
         let i = &self.inner;
-        i.idx.rebuild(&i.rev)?;
+        i.idx.rebuild(&i.engine)?;
         self.reload_counters()?;
         let compacted = self.compacted_revision();
         if compacted != NEVER_COMPACTED {
@@ -388,7 +340,7 @@ impl MvccStore {
         Ok(())
     }
 
-    /// The revision of the last committed write (1 for an empty store).
+    /// The revision of the last applied write (1 for an empty store).
     pub fn current_revision(&self) -> i64 {
         self.inner.current.load(Ordering::SeqCst)
     }
@@ -398,10 +350,10 @@ impl MvccStore {
         self.inner.compacted.load(Ordering::SeqCst)
     }
 
-    fn committed(&self) -> Committed<'_> {
-        Committed {
+    fn applied(&self) -> Applied<'_> {
+        Applied {
             idx: &self.inner.idx,
-            rev: &self.inner.rev,
+            engine: &self.inner.engine,
             pending: &self.inner.pending,
         }
     }
@@ -422,7 +374,7 @@ impl MvccStore {
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
         let cur = self.current_revision();
         let compacted = self.compacted_revision();
-        let mut resp = range_at(&self.committed(), req, cur, compacted)?;
+        let mut resp = range_at(&self.applied(), req, cur, compacted)?;
         let rev = if req.revision <= 0 { cur } else { req.revision };
         self.recheck_compacted(rev)?;
         resp.header = Some(ResponseHeader {
@@ -433,8 +385,8 @@ impl MvccStore {
     }
 
     /// Applies `reqs` in order and writes `meta` (`None` = delete) into [`META_TREE`], as one
-    /// unit: they reach sled in the same transaction (see [`pending`]), later. A request that
-    /// fails changes nothing and gets its error in the returned vector; the outer error means
+    /// unit: they reach the engine in the same atomic batch (see [`pending`]), later. A request
+    /// that fails changes nothing and gets its error in the returned vector; the outer error means
     /// nothing at all was written (a storage read failed, or a reserved meta key). Does not
     /// flush.
     pub fn apply(
@@ -452,7 +404,7 @@ impl MvccStore {
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old_cur = self.current_revision();
         let old_compacted = self.compacted_revision();
-        let mut batch = Batch::new(self.committed(), &i.lease, old_cur, &i.compacted);
+        let mut batch = Batch::new(self.applied(), old_cur, &i.compacted);
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
             match batch.apply_one(r) {
@@ -487,10 +439,10 @@ impl MvccStore {
         i.current.store(cur, Ordering::SeqCst);
         if full {
             // The batch is in memory either way, but memory is not to grow without bound
-            // while sled fails: the apply fails, which stops Raft on this member (etcd exits
-            // when bbolt cannot commit). Nothing is lost: sled stays at an earlier apply
-            // boundary and a restarted member re-applies from its log.
-            i.commit().map_err(|e| {
+            // while the engine fails: the apply fails, which stops Raft on this member (etcd
+            // exits when bbolt cannot commit). Nothing is lost: the engine stays at an earlier
+            // apply boundary and a restarted member re-applies from its log.
+            i.persist_pending().map_err(|e| {
                 MvccError::Storage(format!(
                     "cannot commit {MAX_PENDING} applied writes to the state-machine database: {e}"
                 ))
@@ -504,7 +456,7 @@ impl MvccStore {
         if let Some(v) = self.inner.pending.meta(key) {
             return Ok(v);
         }
-        Ok(self.inner.meta.get(key)?.map(|v| v.to_vec()))
+        Ok(self.inner.engine.get(Tree::Meta, key)?.map(|v| v.to_vec()))
     }
 
     /// The value of `key` visible at `rev` (0 = current), if any.
@@ -536,7 +488,7 @@ impl MvccStore {
             return Err(MvccError::Compacted);
         }
         let kr = KeyRange::new(key, range_end);
-        let view = self.committed();
+        let view = self.applied();
         let lo = Revision {
             main: start,
             sub: 0,
@@ -588,41 +540,47 @@ impl MvccStore {
         })
     }
 
-    /// The history records in `[lo, hi)`, in revision order: sled's merged with the pending
-    /// buffer's (which wins where both have one).
+    /// The history records in `[lo, hi)`, in revision order: the engine's merged with the
+    /// pending buffer's (which wins where both have one).
     fn history(
         &self,
         lo: Revision,
         hi: Revision,
     ) -> impl Iterator<Item = Result<(Revision, Record), MvccError>> + '_ {
-        // The pending snapshot is taken before sled is read: whatever leaves the buffer
-        // afterwards is in sled by then (see `pending`).
+        // The pending snapshot is taken before the engine is read: whatever leaves the buffer
+        // afterwards is in the engine by then (see `pending`).
         let mut pending = self.inner.pending.rev_range(lo, hi).into_iter().peekable();
-        let mut sled = self
+        let mut stored = self
             .inner
-            .rev
-            .range(lo.to_bytes()..hi.to_bytes())
-            .map(|item| -> Result<(Revision, sled::IVec), MvccError> {
-                let (k, v) = item?;
-                Ok((Revision::from_bytes(&k)?, v))
-            })
+            .engine
+            .range(
+                Tree::Rev,
+                Included(&lo.to_bytes()[..]),
+                Excluded(&hi.to_bytes()[..]),
+            )
+            .map(
+                |item| -> Result<(Revision, <StoreEngine as Engine>::Bytes), MvccError> {
+                    let (k, v) = item?;
+                    Ok((Revision::from_bytes(&k)?, v))
+                },
+            )
             .peekable();
         std::iter::from_fn(move || loop {
-            let take_sled = match (sled.peek(), pending.peek()) {
+            let take_stored = match (stored.peek(), pending.peek()) {
                 (None, None) => return None,
                 (Some(Err(_)), _) | (Some(Ok(_)), None) => true,
                 (Some(Ok((s, _))), Some((p, _))) => s < p,
                 (None, Some(_)) => false,
             };
-            if take_sled {
-                return sled.next().map(|item| {
+            if take_stored {
+                return stored.next().map(|item| {
                     let (r, v) = item?;
                     Ok((r, Record::decode(&v)?))
                 });
             }
             let (r, v) = pending.next()?;
-            if matches!(sled.peek(), Some(Ok((s, _))) if *s == r) {
-                sled.next();
+            if matches!(stored.peek(), Some(Ok((s, _))) if *s == r) {
+                stored.next();
             }
             if let Some(v) = v {
                 return Some(Record::decode(&v).map(|rec| (r, rec)));
@@ -632,7 +590,7 @@ impl MvccStore {
 
     fn prev_of(
         &self,
-        view: &Committed<'_>,
+        view: &Applied<'_>,
         key: &[u8],
         rev: Revision,
     ) -> Result<Option<KeyValue>, MvccError> {
@@ -645,7 +603,7 @@ impl MvccStore {
         Ok(view.record(found.rev)?.map(|r| r.kv))
     }
 
-    /// A point-in-time image of the store for a snapshot, cheap to take: it commits the
+    /// A point-in-time image of the store for a snapshot, cheap to take: it persists the
     /// pending buffer, copies the small trees and notes the current revision. The history is
     /// copied later by [`Image::entries`], while applies go on: new revisions land above the
     /// image's bound, and compactions (the only deletions of history) wait until every image
@@ -660,20 +618,20 @@ impl MvccStore {
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
         };
-        i.commit()?;
+        i.persist_pending()?;
         let upto = Revision {
             main: self.current_revision(),
             sub: i64::MAX,
         };
         let mut small = Vec::new();
-        for (name, tree) in [(META_TREE, &i.meta), (LEASE_TREE, &i.lease)] {
-            for item in tree.iter() {
+        for tree in [Tree::Meta, Tree::Lease] {
+            for item in i.engine.iter(tree) {
                 let (k, v) = item?;
-                small.push((name.to_string(), k.to_vec(), v.to_vec()));
+                small.push((tree.name().to_string(), k.to_vec(), v.to_vec()));
             }
         }
         Ok(Image {
-            rev: i.rev.clone(),
+            engine: i.engine.clone(),
             upto,
             small,
             _hold: hold,
@@ -694,7 +652,7 @@ impl MvccStore {
 
     /// The granted TTL of lease `id`, if the lease exists.
     pub fn lease_ttl(&self, id: i64) -> Result<Option<i64>, MvccError> {
-        lease_ttl_in(&self.inner.pending, &self.inner.lease, id)
+        self.applied().lease_ttl(id)
     }
 
     /// Every lease as (id, granted TTL), by id.
@@ -702,15 +660,16 @@ impl MvccStore {
         self.leases_between(|| {})
     }
 
-    /// [`Self::leases`], running `between` after the pending snapshot and before sled is
-    /// read: tests commit there, which is where a concurrent commit can land.
+    /// [`Self::leases`], running `between` after the pending snapshot and before the engine
+    /// is read: tests persist there, which is where a concurrent persist can land.
     fn leases_between(&self, between: impl FnOnce()) -> Result<Vec<(i64, i64)>, MvccError> {
-        // Pending first (see `pending`): a batch committed after this snapshot is in sled by
-        // the time sled is read; read the other way round, it would be in neither.
+        // Pending first (see `pending`): a batch persisted after this snapshot is in the
+        // engine by the time the engine is read; read the other way round, it would be in
+        // neither.
         let pending = self.inner.pending.leases();
         between();
         let mut all = BTreeMap::new();
-        for item in self.inner.lease.iter() {
+        for item in self.inner.engine.iter(Tree::Lease) {
             let (k, v) = item?;
             all.insert(decode_i64(&k)?, decode_i64(&v)?);
         }
@@ -726,21 +685,21 @@ impl MvccStore {
     /// The current keys attached to lease `id`, in key order.
     pub fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, MvccError> {
         let cur = self.current_revision();
-        let keys = lease_keys_in(&self.committed(), cur, id)?;
+        let keys = lease_keys_in(&self.applied(), cur, id)?;
         self.recheck_compacted(cur)?;
         Ok(keys)
     }
 
-    /// Commits the pending buffer to sled now (the committer does so within
+    /// Writes the pending buffer to the engine now (the committer does so within
     /// [`pending::COMMIT_INTERVAL`] anyway). Not durable until [`Self::flush`].
-    pub fn commit(&self) -> Result<(), MvccError> {
-        self.inner.commit()
+    pub fn persist_pending(&self) -> Result<(), MvccError> {
+        self.inner.persist_pending()
     }
 
-    /// Commits the pending buffer, then waits until background compaction is done.
+    /// Persists the pending buffer, then waits until background compaction is done.
     #[cfg(test)]
     pub fn settle(&self) {
-        self.commit().unwrap();
+        self.persist_pending().unwrap();
         loop {
             // With no step in flight (a step may take the last work and add more).
             let running = self.inner.pending.garbage.enter();
@@ -752,42 +711,14 @@ impl MvccStore {
         }
     }
 
-    /// Commits the pending buffer and flushes the sled database (apply never does).
-    pub fn flush(&self) -> Result<usize, MvccError> {
-        self.inner.commit()?;
-        Ok(self.inner.db.flush()?)
+    /// Persists the pending buffer and flushes the engine (apply never does).
+    pub fn flush(&self) -> Result<(), MvccError> {
+        self.inner.persist_pending()?;
+        self.inner.engine.flush()
     }
-}
 
-fn lease_ttl_in(pending: &Pending, tree: &sled::Tree, id: i64) -> Result<Option<i64>, MvccError> {
-    if let Some(ttl) = pending.lease(id) {
-        return Ok(ttl);
+    /// The engine under the store.
+    pub fn engine(&self) -> &StoreEngine {
+        &self.inner.engine
     }
-    tree.get(id.to_be_bytes())?
-        .map(|v| decode_i64(&v))
-        .transpose()
-}
-
-/// Live keys at `rev` whose value carries lease `id`. A full scan: leases are looked up by
-/// key rarely (revoke, time-to-live with keys), and no second index can go stale. Batched
-/// expiry revokes share one scan ([`leases_keys_in`]), so a lease storm is not one scan per
-/// lease.
-fn lease_keys_in(view: &dyn View, rev: i64, id: i64) -> Result<Vec<Vec<u8>>, MvccError> {
-    let mut by_lease = leases_keys_in(view, rev, &[id].into())?;
-    Ok(by_lease.remove(&id).unwrap_or_default())
-}
-
-/// Live keys at `rev` attached to each of `ids` (leases without keys are absent), each in
-/// key order; one scan.
-fn leases_keys_in(
-    view: &dyn View,
-    rev: i64,
-    ids: &std::collections::HashSet<i64>,
-) -> Result<std::collections::HashMap<i64, Vec<Vec<u8>>>, MvccError> {
-    let (kvs, _) = view::live_kvs(view, &KeyRange::From(Vec::new()), rev, 0, false)?;
-    let mut out = std::collections::HashMap::<i64, Vec<Vec<u8>>>::new();
-    for kv in kvs.into_iter().filter(|kv| ids.contains(&kv.lease)) {
-        out.entry(kv.lease).or_default().push(kv.key);
-    }
-    Ok(out)
 }

@@ -1,5 +1,5 @@
 //! Model-based test: random request streams (batched applies, txns with compares and
-//! nested txns, compactions, reads at random revisions, reopening the sled db, snapshot
+//! nested txns, compactions, reads at random revisions, reopening the engine, snapshot
 //! round trips) checked against a naive model keeping the full key space per revision.
 
 use std::collections::BTreeMap;
@@ -7,12 +7,16 @@ use std::collections::BTreeMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::view::KeyRange;
+use super::key_range::KeyRange;
 use super::*;
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::response_op::Response;
+use crate::proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, TxnRequest, TxnResponse,
+};
 use crate::proto::etcdserverpb::{Compare, RequestOp, ResponseHeader, ResponseOp};
 
 type Kvs = BTreeMap<Vec<u8>, KeyValue>;
@@ -508,11 +512,11 @@ fn gen_write(rng: &mut StdRng, m: &Model) -> WriteRequest {
     }
 }
 
-fn open(dir: &std::path::Path) -> (sled::Db, MvccStore) {
-    // sled's background threads may hold the previous instance's file lock for a moment.
+fn open(dir: &std::path::Path) -> (StoreEngine, MvccStore) {
+    // The engine's background threads may hold the previous instance's file lock for a moment.
     let mut tries = 0;
     let db = loop {
-        match sled::Config::new().path(dir).flush_every_ms(None).open() {
+        match StoreEngine::open_flushed_only(dir) {
             Ok(db) => break db,
             Err(e) if tries < 200 => {
                 tries += 1;
@@ -522,7 +526,7 @@ fn open(dir: &std::path::Path) -> (sled::Db, MvccStore) {
             Err(e) => panic!("reopen: {e}"),
         }
     };
-    let s = MvccStore::open(&db).unwrap();
+    let s = MvccStore::open(db.clone()).unwrap();
     // The generated puts name leases 1 and 2, which the model takes to exist; granting
     // changes no revision, so the model needs no other notion of leases.
     for id in [1, 2] {
@@ -599,8 +603,8 @@ fn run_seed(seed: u64, steps: usize) {
                 assert_eq!(s.range(&req), m.range(&req), "{ctx}: {req:?}");
             }
             17 | 18 => check_events(&s, &m, &mut rng, &ctx),
-            // Moves the pending buffer to sled, so reads span both.
-            19 if rng.gen_bool(0.5) => s.commit().unwrap(),
+            // Moves the pending buffer to the engine, so reads span both.
+            19 if rng.gen_bool(0.5) => s.persist_pending().unwrap(),
             _ => {
                 s.flush().unwrap();
                 drop(s);

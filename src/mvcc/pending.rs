@@ -1,39 +1,37 @@
-//! Applied writes not yet committed to sled: the write-back buffer in front of the trees.
+//! Applied writes not yet persisted to the engine: the write-back buffer in front of the
+//! trees.
 //!
-//! etcd applies into bbolt's batch transaction and commits it every 100 ms or 10,000 writes,
-//! with reads going through a buffer of the uncommitted part. This is the same idea: an apply
-//! only merges its batch into [`Pending`]'s *active* layer; a committer thread moves the layer
-//! to sled in one transaction every [`COMMIT_INTERVAL`]. An apply that fills the layer to
-//! [`MAX_PENDING`] writes commits it itself, so memory stays bounded when applies outrun sled.
-//! A sled transaction per apply cost a fixed ~30 us plus two sled log-buffer writes, on every
-//! member, for every Raft batch.
+//! An apply only merges its batch into [`PendingWrites`]' *active* layer; a committer thread
+//! persists the layer to the engine in one atomic batch every [`COMMIT_INTERVAL`], as etcd
+//! commits bbolt's batch transaction every 100 ms or 10,000 writes with reads going through a
+//! buffer of the uncommitted part. An apply that fills the layer to [`MAX_PENDING`] writes
+//! persists it itself, so memory stays bounded when applies outrun the engine. Why a buffer
+//! at all: docs/decisions/mvcc-0001-pending-buffer.md.
 //!
 //! # Invariants
-//! - Every read goes pending first, then sled: (active, frozen) are looked at under one read
-//!   lock, newest layer first. A committer freezes the active layer, writes the frozen layer
-//!   to sled, and only then drops it, so an entry that is in neither layer is in sled (or was
-//!   never written). Range reads merge a snapshot of both layers over a live sled iterator;
-//!   an entry in both agrees, and pending wins.
-//! - sled only ever holds whole commits: a commit is one sled transaction holding every tree's
-//!   writes, including the caller's metadata (the Raft last-applied index). So after a crash
-//!   sled is at some past apply boundary, never between, and Raft re-applies the rest from its
-//!   log, exactly as it did when each apply was its own transaction.
-//! - One committer at a time (`commit_lock`), and the frozen layer is replaced only after it
-//!   is in sled; a failed commit keeps it frozen (readers still see it) and is retried.
+//! - Every read goes pending first, then the engine: (active, frozen) are looked at under one
+//!   read lock, newest layer first. [`PendingWrites::persist`] freezes the active layer,
+//!   writes the frozen layer to the engine, and only then drops it, so an entry that is in
+//!   neither layer is in the engine (or was never written). Range reads merge a snapshot of
+//!   both layers over a live engine scan; an entry in both agrees, and pending wins.
+//! - The engine only ever holds whole layers: a layer is one atomic engine batch holding every
+//!   tree's writes, including the caller's metadata (the Raft last-applied index). So after a
+//!   crash the engine is at some past apply boundary, never between, and Raft re-applies the
+//!   rest from its log.
+//! - One persister at a time (`persist_lock`), and the frozen layer is replaced only after it
+//!   is in the engine; a failed persist keeps it frozen (readers still see it) and is retried.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
-
+use super::engine::{Engine, StoreEngine, Tree, WriteBatch};
+use super::error::MvccError;
 use super::garbage::Garbage;
 use super::index::Revision;
-use super::MvccError;
 
-/// How long applied writes may wait in memory before the committer writes them to sled
-/// (etcd's `--backend-batch-interval` default).
+/// How long applied writes may wait in memory before the committer persists them (etcd's
+/// `--backend-batch-interval` default).
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 /// Pending writes that make the committer start at once (etcd's `--backend-batch-limit`).
 pub const MAX_PENDING: usize = 10_000;
@@ -45,7 +43,7 @@ pub(crate) struct Layer {
     pub meta: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Lease id -> granted TTL.
     pub lease: BTreeMap<i64, Option<i64>>,
-    /// The revision of a compaction applied in this layer. Once the layer is committed,
+    /// The revision of a compaction applied in this layer. Once the layer is persisted,
     /// [`Garbage`] compacts the key index and deletes the removed records.
     pub compacted: Option<i64>,
 }
@@ -71,32 +69,25 @@ impl Layer {
 #[derive(Default)]
 struct State {
     active: Layer,
-    /// Being written to sled by the committer.
+    /// Being persisted by the committer.
     frozen: Option<Arc<Layer>>,
     /// When the oldest write in `active` arrived.
     since: Option<Instant>,
 }
 
-/// The three sled trees a commit writes, in one transaction.
-pub(crate) struct Trees<'a> {
-    pub rev: &'a sled::Tree,
-    pub meta: &'a sled::Tree,
-    pub lease: &'a sled::Tree,
-}
-
 #[derive(Default)]
-pub(crate) struct Pending {
+pub(crate) struct PendingWrites {
     state: RwLock<State>,
-    commit_lock: Mutex<()>,
-    /// Committed compactions whose index and history are still to be compacted.
+    persist_lock: Mutex<()>,
+    /// Persisted compactions whose index and history are still to be compacted.
     pub garbage: Garbage,
-    /// Test failpoint: every commit fails as a sled error would, after freezing the layer.
+    /// Test failpoint: every persist fails as an engine error would, after freezing the layer.
     #[cfg(test)]
-    pub fail_commits: std::sync::atomic::AtomicBool,
+    pub fail_persists: std::sync::atomic::AtomicBool,
 }
 
-impl Pending {
-    // Readers and the committer cannot leave the state half-changed by panicking (every
+impl PendingWrites {
+    // Readers and the persister cannot leave the state half-changed by panicking (every
     // change is one assignment), so poisoning carries no information.
     fn read(&self) -> RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(|e| e.into_inner())
@@ -106,7 +97,8 @@ impl Pending {
         self.state.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Looks `f` up in the active layer, then the frozen one; `None`: not pending, ask sled.
+    /// Looks `f` up in the active layer, then the frozen one; `None`: not pending, ask the
+    /// engine.
     fn lookup<T>(&self, f: impl Fn(&Layer) -> Option<T>) -> Option<T> {
         let st = self.read();
         f(&st.active).or_else(|| st.frozen.as_deref().and_then(&f))
@@ -148,7 +140,8 @@ impl Pending {
     }
 
     /// Adds an applied batch. Returns whether the buffer (both layers) is full: the caller must
-    /// then [`Self::commit`] before applying more (back-pressure: applies can outrun sled).
+    /// then [`Self::persist`] before applying more (back-pressure: applies can outrun the
+    /// engine).
     pub fn merge(&self, batch: Layer) -> bool {
         let mut st = self.write();
         st.since.get_or_insert_with(Instant::now);
@@ -156,7 +149,7 @@ impl Pending {
         st.active.len() + st.frozen.as_ref().map_or(0, |f| f.len()) >= MAX_PENDING
     }
 
-    /// Waits until a commit is due (the interval elapsed with writes pending), or at most
+    /// Waits until a persist is due (the interval elapsed with writes pending), or at most
     /// `max`. Returns whether one is due.
     pub fn wait_due(&self, max: Duration) -> bool {
         let due_in = self
@@ -176,13 +169,13 @@ impl Pending {
         }
     }
 
-    /// Writes everything pending at the call to sled, one transaction per layer (a layer left
-    /// frozen by a failed commit goes first), and drops it from memory. Writes merged while
-    /// it runs wait for the next commit: looping until the buffer is empty would, under a
-    /// steady load, commit ever smaller layers back to back. Safe to call from any thread,
+    /// Writes everything pending at the call to `engine`, one atomic batch per layer (a layer
+    /// left frozen by a failed persist goes first), and drops it from memory. Writes merged
+    /// while it runs wait for the next persist: looping until the buffer is empty would, under
+    /// a steady load, persist ever smaller layers back to back. Safe to call from any thread,
     /// concurrently with applies and reads.
-    pub fn commit(&self, trees: &Trees<'_>) -> Result<(), MvccError> {
-        let _one = self.commit_lock.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn persist(&self, engine: &StoreEngine) -> Result<(), MvccError> {
+        let _one = self.persist_lock.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..2 {
             let (frozen, leftover) = {
                 let mut st = self.write();
@@ -198,11 +191,11 @@ impl Pending {
                 (st.frozen.clone().expect("set above"), leftover)
             };
             #[cfg(test)]
-            if self.fail_commits.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(MvccError::Storage("injected commit failure".into()));
+            if self.fail_persists.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(MvccError::Storage("injected persist failure".into()));
             }
             let started = Instant::now();
-            write_layer(trees, &frozen)?;
+            engine.write(layer_batch(&frozen))?;
             crate::metrics::BACKEND_COMMIT.observe(started.elapsed());
             if let Some(at) = frozen.compacted {
                 self.garbage.schedule(at);
@@ -224,36 +217,27 @@ impl Pending {
 
     /// Forgets everything pending (the trees are being replaced by a snapshot).
     pub fn clear(&self) {
-        let _one = self.commit_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.persist_lock.lock().unwrap_or_else(|e| e.into_inner());
         *self.write() = State::default();
         self.garbage.clear();
     }
 }
 
-fn write_layer(t: &Trees<'_>, l: &Layer) -> Result<(), MvccError> {
-    let res = (t.rev, t.meta, t.lease).transaction(|(tr, tm, tl)| {
-        for (r, v) in &l.rev {
-            match v {
-                Some(v) => tr.insert(&r.to_bytes()[..], &v[..])?,
-                None => tr.remove(&r.to_bytes()[..])?,
-            };
-        }
-        for (k, v) in &l.meta {
-            match v {
-                Some(v) => tm.insert(&k[..], &v[..])?,
-                None => tm.remove(&k[..])?,
-            };
-        }
-        for (id, ttl) in &l.lease {
-            match ttl {
-                Some(t) => tl.insert(&id.to_be_bytes()[..], &t.to_be_bytes()[..])?,
-                None => tl.remove(&id.to_be_bytes()[..])?,
-            };
-        }
-        Ok::<(), ConflictableTransactionError<()>>(())
-    });
-    res.map_err(|e| match e {
-        TransactionError::Storage(e) => e.into(),
-        TransactionError::Abort(()) => MvccError::Storage("transaction aborted".into()),
-    })
+/// The engine batch that persists `l`: the history, then the meta tree, then leases.
+fn layer_batch(l: &Layer) -> WriteBatch<'_> {
+    let mut b = WriteBatch::default();
+    for (r, v) in &l.rev {
+        b.set(Tree::Rev, r.to_bytes().to_vec(), v.as_deref());
+    }
+    for (k, v) in &l.meta {
+        b.set(Tree::Meta, &k[..], v.as_deref());
+    }
+    for (id, ttl) in &l.lease {
+        b.set(
+            Tree::Lease,
+            id.to_be_bytes().to_vec(),
+            ttl.map(|t| t.to_be_bytes().to_vec()),
+        );
+    }
+    b
 }

@@ -5,17 +5,28 @@ use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUn
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::response_op::Response;
+use crate::proto::etcdserverpb::{
+    CompactionRequest, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
+    LeaseRevokeRequest, PutRequest, PutResponse, TxnRequest, TxnResponse,
+};
 use crate::proto::etcdserverpb::{Compare, RequestOp};
 
-pub(super) fn temp_store() -> (tempfile::TempDir, sled::Db, MvccStore) {
+pub(super) fn temp_store() -> (tempfile::TempDir, StoreEngine, MvccStore) {
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::Config::new()
-        .path(dir.path())
-        .flush_every_ms(None)
-        .open()
-        .unwrap();
-    let store = MvccStore::open(&db).unwrap();
+    let db = StoreEngine::open_flushed_only(dir.path()).unwrap();
+    let store = MvccStore::open(db.clone()).unwrap();
     (dir, db, store)
+}
+
+/// Opens the engine in `dir` once a dropped store's background threads let go of its lock.
+pub(super) fn reopen(dir: &std::path::Path) -> StoreEngine {
+    for _ in 0..300 {
+        if let Ok(db) = StoreEngine::open(dir) {
+            return db;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("reopen the engine");
 }
 
 fn one(s: &MvccStore, r: WriteRequest) -> Result<WriteResponse, MvccError> {
@@ -742,23 +753,13 @@ fn atomic_apply_with_meta() {
 fn reopen_and_snapshot_roundtrip() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = sled::open(dir.path()).unwrap();
-        let s = MvccStore::open(&db).unwrap();
+        let s = MvccStore::open(StoreEngine::open(dir.path()).unwrap()).unwrap();
         put(&s, "a", "1");
         put(&s, "a", "2");
         compact(&s, 2).unwrap();
         s.flush().unwrap();
     }
-    // The store's background threads let go of sled's lock shortly after the drop.
-    let db = (0..300)
-        .find_map(|_| {
-            sled::open(dir.path()).ok().or_else(|| {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-                None
-            })
-        })
-        .expect("reopen sled");
-    let s = MvccStore::open(&db).unwrap();
+    let s = MvccStore::open(reopen(dir.path())).unwrap();
     assert_eq!((s.current_revision(), s.compacted_revision()), (3, 2));
     let dump: Vec<_> = s.dump().map(Result::unwrap).collect();
 
@@ -786,7 +787,7 @@ fn image_is_the_state_when_taken_and_holds_off_compacted_deletes() {
         put(&s, &format!("k{i}"), "later");
     }
     compact(&s, 25).unwrap();
-    s.commit().unwrap();
+    s.persist_pending().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(
         s.inner.pending.garbage.has_work(),
@@ -883,12 +884,12 @@ fn concurrent_reads_are_consistent_with_their_revision() {
     }
 }
 
-/// Commits move applied writes from the pending buffer to sled while readers run: no read
-/// may miss a write in between (the buffer drops a layer only after sled has it). Each put
-/// creates a new key, so a listing at revision R holds R - 1 keys and the history from 2
+/// Persists move applied writes from the pending buffer to the engine while readers run: no
+/// read may miss a write in between (the buffer drops a layer only after the engine has it).
+/// Each put creates a new key, so a listing at revision R holds R - 1 keys and the history from 2
 /// holds R - 1 events.
 #[test]
-fn reads_see_every_write_while_commits_move_it_to_sled() {
+fn reads_see_every_write_while_persists_move_it_to_the_engine() {
     let (_d, _db, s) = temp_store();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
@@ -903,7 +904,7 @@ fn reads_see_every_write_while_commits_move_it_to_sled() {
         let (s, done) = (s.clone(), done.clone());
         std::thread::spawn(move || {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                s.commit().unwrap();
+                s.persist_pending().unwrap();
             }
         })
     };
@@ -938,7 +939,7 @@ fn reads_see_every_write_while_commits_move_it_to_sled() {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     committer.join().unwrap();
     assert!(reads >= 4, "{reads} reads");
-    // Everything reached sled and survives a reopen.
+    // Everything reached the engine and survives a reopen.
     s.flush().unwrap();
     assert_eq!(
         s.dump()
@@ -948,10 +949,10 @@ fn reads_see_every_write_while_commits_move_it_to_sled() {
     );
 }
 
-/// Applies that outrun sled do not grow the pending buffer without bound: the apply that
-/// fills it commits it.
+/// Applies that outrun the engine do not grow the pending buffer without bound: the apply
+/// that fills it persists it.
 #[test]
-fn pending_buffer_is_bounded_when_applies_outrun_commits() {
+fn pending_buffer_is_bounded_when_applies_outrun_persists() {
     let (_d, _db, s) = temp_store();
     let batch = 150;
     for b in 0..100 {
@@ -968,20 +969,21 @@ fn pending_buffer_is_bounded_when_applies_outrun_commits() {
     assert_eq!(s.current_revision(), 1 + 100 * batch as i64);
 }
 
-/// While sled fails, applied writes stay readable and the committer keeps retrying; a full
-/// buffer fails the apply rather than growing, and a commit after sled recovers writes all.
+/// While the engine fails, applied writes stay readable and the committer keeps retrying; a
+/// full buffer fails the apply rather than growing, and a persist after the engine recovers
+/// writes all.
 #[test]
-fn failing_commits_keep_writes_readable_and_a_full_buffer_fails_the_apply() {
+fn failing_persists_keep_writes_readable_and_a_full_buffer_fails_the_apply() {
     let (_d, db, s) = temp_store();
     let fail = |on: bool| {
         s.inner
             .pending
-            .fail_commits
+            .fail_persists
             .store(on, std::sync::atomic::Ordering::SeqCst)
     };
     fail(true);
     put(&s, "a", "1");
-    assert!(s.commit().is_err());
+    assert!(s.persist_pending().is_err());
     assert_eq!(get(&s, "a").unwrap().value, b"1");
     let batch = 150;
     let mut failed = None;
@@ -995,17 +997,17 @@ fn failing_commits_keep_writes_readable_and_a_full_buffer_fails_the_apply() {
         }
     }
     match failed {
-        Some(MvccError::Storage(m)) => assert!(m.contains("injected commit failure"), "{m}"),
-        other => panic!("a full buffer with failing commits must fail the apply: {other:?}"),
+        Some(MvccError::Storage(m)) => assert!(m.contains("injected persist failure"), "{m}"),
+        other => panic!("a full buffer with failing persists must fail the apply: {other:?}"),
     }
     assert!(s.inner.pending.len() < pending::MAX_PENDING + batch + 8);
     assert_eq!(get(&s, "a").unwrap().value, b"1");
 
     fail(false);
-    s.commit().unwrap();
+    s.persist_pending().unwrap();
     assert_eq!(s.inner.pending.len(), 0);
-    let rev = db.open_tree(REV_TREE).unwrap();
-    assert_eq!(rev.len() as i64, s.current_revision() - 1);
+    let stored = db.iter(engine::Tree::Rev).count();
+    assert_eq!(stored as i64, s.current_revision() - 1);
 }
 
 fn grant(id: i64, ttl: i64) -> WriteRequest {
@@ -1452,8 +1454,7 @@ fn reopen_rebuilds_the_key_index() {
         out
     };
     let before = {
-        let db = sled::open(dir.path()).unwrap();
-        let s = MvccStore::open(&db).unwrap();
+        let s = MvccStore::open(StoreEngine::open(dir.path()).unwrap()).unwrap();
         put(&s, "a", "1"); // 2
         put(&s, "b", "1"); // 3
         del(&s, "a", ""); // 4
@@ -1465,8 +1466,7 @@ fn reopen_rebuilds_the_key_index() {
         s.flush().unwrap();
         read_all(&s)
     };
-    let db = sled::open(dir.path()).unwrap();
-    let s = MvccStore::open(&db).unwrap();
+    let s = MvccStore::open(reopen(dir.path())).unwrap();
     assert_eq!(read_all(&s), before);
     let a = get(&s, "a").unwrap();
     assert_eq!((a.create_revision, a.version), (5, 2));
@@ -1489,18 +1489,18 @@ fn hot_key_history_stays_readable() {
     assert_eq!(s.get_at(b"hot", 2501).unwrap().unwrap().value, b"2499");
 }
 
-/// A commit between the two reads of `leases()` must not hide the committed batch (it did
-/// when sled was read before the pending buffer: the batch left the buffer after sled was
-/// read). A revoke committed in between must not resurrect the lease either.
+/// A persist between the two reads of `leases()` must not hide the persisted batch, as it
+/// would if the engine were read before the pending buffer (the batch leaves the buffer after
+/// the engine was read). A revoke persisted in between must not resurrect the lease either.
 #[test]
-fn leases_sees_a_batch_committed_between_its_reads() {
+fn leases_sees_a_batch_persisted_between_its_reads() {
     let (_d, _db, s) = temp_store();
     one(&s, grant(1, 10)).unwrap();
-    s.commit().unwrap();
+    s.persist_pending().unwrap();
     let grants: Vec<_> = (2..=100).map(|id| grant(id, 10)).collect();
     s.apply(&grants, &[]).unwrap();
     one(&s, revoke(1)).unwrap();
-    let listed = s.leases_between(|| s.commit().unwrap()).unwrap();
+    let listed = s.leases_between(|| s.persist_pending().unwrap()).unwrap();
     let want: Vec<_> = (2..=100).map(|id| (id, 10)).collect();
     assert_eq!(listed, want);
     assert_eq!(s.leases().unwrap(), want);

@@ -1,61 +1,23 @@
-//! Read path shared by committed reads and reads inside an apply batch.
+//! Read path shared by reads of the applied state and reads inside an apply batch.
+//!
+//! # Invariants
+//! - A [`View`] answers for one revision range that does not change under it: [`Applied`]'s
+//!   callers bound every lookup by a revision they know is fully applied, and an apply batch
+//!   is the only writer while it runs.
+//! - [`Applied`] reads the pending buffer before the engine (see [`super::pending`]).
 
-use std::ops::Bound;
+use std::collections::{HashMap, HashSet};
 
+use super::engine::{Engine, StoreEngine, Tree};
+use super::error::MvccError;
 use super::gosort;
-use super::index::{Found, KeyIndex, Query, Record, Revision};
+use super::index::{decode_i64, Found, KeyIndex, Query, Record, Revision};
+use super::key_range::KeyRange;
 use super::mem_index::MemIndex;
-use super::pending::Pending;
-use super::MvccError;
+use super::pending::PendingWrites;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::proto::mvccpb::KeyValue;
-
-/// The keys selected by etcd's `key`/`range_end` pair.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum KeyRange {
-    /// `range_end` empty: exactly `key`.
-    Single(Vec<u8>),
-    /// `range_end == "\0"`: every key `>= key`.
-    From(Vec<u8>),
-    /// `[key, range_end)` with `key < range_end`.
-    Between(Vec<u8>, Vec<u8>),
-    /// `range_end <= key`: nothing.
-    Empty,
-}
-
-impl KeyRange {
-    pub fn new(key: &[u8], range_end: &[u8]) -> Self {
-        if range_end.is_empty() {
-            KeyRange::Single(key.to_vec())
-        } else if range_end == [0] {
-            KeyRange::From(key.to_vec())
-        } else if key < range_end {
-            KeyRange::Between(key.to_vec(), range_end.to_vec())
-        } else {
-            KeyRange::Empty
-        }
-    }
-
-    pub fn contains(&self, k: &[u8]) -> bool {
-        match self {
-            KeyRange::Single(s) => s == k,
-            KeyRange::From(s) => k >= s.as_slice(),
-            KeyRange::Between(s, e) => k >= s.as_slice() && k < e.as_slice(),
-            KeyRange::Empty => false,
-        }
-    }
-
-    pub fn bounds(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
-        match self {
-            KeyRange::Single(s) => (Bound::Included(s), Bound::Included(s)),
-            KeyRange::From(s) => (Bound::Included(s), Bound::Unbounded),
-            KeyRange::Between(s, e) => (Bound::Included(s), Bound::Excluded(e)),
-            // An empty half-open range that sled and BTreeMap accept without panicking.
-            KeyRange::Empty => (Bound::Included(&[]), Bound::Excluded(&[])),
-        }
-    }
-}
 
 /// A consistent source of key indexes and history records.
 pub(crate) trait View {
@@ -70,17 +32,30 @@ pub(crate) trait View {
     fn record(&self, rev: Revision) -> Result<Option<Record>, MvccError>;
 }
 
-/// The applied state: the in-memory index and the history (pending buffer over sled's
-/// tree), read without the apply lock. Callers bound every lookup by a revision they know is
-/// fully applied, so a concurrent apply only adds entries they cannot see.
+/// The applied state: the in-memory index and the trees (pending buffer over the engine),
+/// read without the apply lock. Callers bound every lookup by a revision they know is fully
+/// applied, so a concurrent apply only adds entries they cannot see.
 #[derive(Clone, Copy)]
-pub(crate) struct Committed<'a> {
+pub(crate) struct Applied<'a> {
     pub idx: &'a MemIndex,
-    pub rev: &'a sled::Tree,
-    pub pending: &'a Pending,
+    pub engine: &'a StoreEngine,
+    pub pending: &'a PendingWrites,
 }
 
-impl View for Committed<'_> {
+impl Applied<'_> {
+    /// The granted TTL of lease `id`, if the lease exists.
+    pub fn lease_ttl(&self, id: i64) -> Result<Option<i64>, MvccError> {
+        if let Some(ttl) = self.pending.lease(id) {
+            return Ok(ttl);
+        }
+        self.engine
+            .get(Tree::Lease, &id.to_be_bytes())?
+            .map(|v| decode_i64(&v))
+            .transpose()
+    }
+}
+
+impl View for Applied<'_> {
     fn find(&self, key: &[u8], q: Query) -> Result<Option<Found>, MvccError> {
         Ok(self.idx.find(key, q))
     }
@@ -98,8 +73,8 @@ impl View for Committed<'_> {
         if let Some(v) = self.pending.rev(rev) {
             return v.map(|v| Record::decode(&v)).transpose();
         }
-        self.rev
-            .get(rev.to_bytes())?
+        self.engine
+            .get(Tree::Rev, &rev.to_bytes())?
             .map(|v| Record::decode(&v))
             .transpose()
     }
@@ -221,4 +196,28 @@ pub(crate) fn range_at(
         more,
         count: count as i64,
     })
+}
+
+/// Live keys at `rev` whose value carries lease `id`. A full scan: leases are looked up by
+/// key rarely (revoke, time-to-live with keys), and no second index can go stale. Batched
+/// expiry revokes share one scan ([`leases_keys_in`]), so a lease storm is not one scan per
+/// lease.
+pub(crate) fn lease_keys_in(view: &dyn View, rev: i64, id: i64) -> Result<Vec<Vec<u8>>, MvccError> {
+    let mut by_lease = leases_keys_in(view, rev, &[id].into())?;
+    Ok(by_lease.remove(&id).unwrap_or_default())
+}
+
+/// Live keys at `rev` attached to each of `ids` (leases without keys are absent), each in
+/// key order; one scan.
+pub(crate) fn leases_keys_in(
+    view: &dyn View,
+    rev: i64,
+    ids: &HashSet<i64>,
+) -> Result<HashMap<i64, Vec<Vec<u8>>>, MvccError> {
+    let (kvs, _) = live_kvs(view, &KeyRange::From(Vec::new()), rev, 0, false)?;
+    let mut out = HashMap::<i64, Vec<Vec<u8>>>::new();
+    for kv in kvs.into_iter().filter(|kv| ids.contains(&kv.lease)) {
+        out.entry(kv.lease).or_default().push(kv.key);
+    }
+    Ok(out)
 }

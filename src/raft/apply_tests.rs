@@ -39,8 +39,8 @@ async fn apply(sm: &mut StateMachine, cmds: Vec<Command>, first: u64) {
     sm.apply(stream::iter(entries)).await.expect("apply");
 }
 
-/// Opens the state machine again once the last handle's background threads let go of sled's
-/// lock (they end shortly after the handle is dropped); the last error if it never opens.
+/// Opens the state machine again once the last handle's background threads let go of the
+/// engine's lock (they end shortly after the handle is dropped); the last error if it never opens.
 pub(super) fn reopen(dir: &Path) -> Result<StateMachine, StoreError> {
     let mut last = None;
     for _ in 0..300 {

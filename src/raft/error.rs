@@ -60,8 +60,6 @@ pub enum StoreError {
     Wal(#[from] WalError),
     #[error("state machine: {0}")]
     Mvcc(#[from] MvccError),
-    #[error("state machine database: {0}")]
-    Sled(#[from] sled::Error),
     #[error("cannot decode {what}: {reason}")]
     Decode { what: String, reason: String },
     #[error("snapshot {file}: {reason}")]

@@ -137,7 +137,7 @@ fn newest_snapshot_index(dir: &Path) -> u64 {
 }
 
 /// Crashes an install after each of its steps (every tree write, every marker, the file),
-/// with sled flushed up to that point, reopens the state machine from the same directory,
+/// with the engine flushed up to that point, reopens the state machine from the same directory,
 /// and requires the snapshot's state or the previous one: every key, revision, lease,
 /// last-applied index and membership.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Raft: openraft's type config, the WAL-backed log store, the sled-backed state machine,
+//! Raft: openraft's type config, the WAL-backed log store, the MVCC state machine,
 //! snapshot files, the peer network (client and server, with per-peer health in `links` and
 //! typed failure causes in `peer_error`), the peer prober and the node glue that proposes
 //! writes and serves read-index barriers.

@@ -1,23 +1,25 @@
-//! The Raft state machine: etcd's MVCC key space on sled, plus Raft's own apply metadata.
+//! The Raft state machine: etcd's MVCC key space on the MVCC storage engine, plus Raft's own
+//! apply metadata.
 //!
 //! Invariants:
 //! - Data, last-applied log id, membership and member attributes of an applied batch reach
-//!   sled in ONE transaction (`MvccStore::apply` takes the metadata writes; the MVCC committer
-//!   writes whole batches), so after a crash sled is at some batch boundary, never between.
-//! - sled is not the source of truth and is not flushed per apply (an apply reaches sled only
-//!   with the MVCC committer's next transaction, see `mvcc::pending`): on restart openraft
-//!   re-applies from sled's last-applied up to the durable committed index in the WAL.
+//!   the engine in ONE atomic batch (`MvccStore::apply` takes the metadata writes; the MVCC
+//!   committer persists whole batches), so after a crash the engine is at some batch
+//!   boundary, never between.
+//! - The engine is not the source of truth and is not flushed per apply (an apply reaches it
+//!   only with the MVCC committer's next persist, see `mvcc::pending`): on restart openraft
+//!   re-applies from the engine's last-applied up to the durable committed index in the WAL.
 //! - A snapshot is a point-in-time dump taken on the state-machine task (apply is paused while
 //!   it copies), written to a file that is fsynced, renamed and whose directory is fsynced.
-//!   sled is flushed before the snapshot is reported built, because openraft may purge the log
-//!   below it right after.
+//!   The engine is flushed before the snapshot is reported built, because openraft may purge
+//!   the log below it right after.
 //! - The lessor (in-memory lease expiries) hears of a batch's grants and revokes after the
 //!   batch commits and before any of its proposers is answered.
 //! - Installing a snapshot is crash-safe: the payload is decoded and checked first (only a
 //!   loadable snapshot becomes the newest file), the file is durable next, then the trees are
 //!   replaced by `MvccStore::load`, which keeps its own marker until its last write (the meta
-//!   tree with last-applied and membership); a restart that finds the marker (or a sled older
-//!   than the newest snapshot) reinstalls from the file.
+//!   tree with last-applied and membership); a restart that finds the marker (or an engine
+//!   older than the newest snapshot) reinstalls from the file.
 //! - Snapshot files are written and removed under `snap_io` only (builds and installs).
 //! - Readers through the state machine's read methods never see a half-installed snapshot:
 //!   an install holds `install_gate` for writing from start to end.
@@ -42,7 +44,7 @@ use super::types::{
     Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use crate::mvcc::failpoint::crash_point;
-use crate::mvcc::{MvccError, MvccStore, WriteRequest, WriteResponse};
+use crate::mvcc::{Engine, MvccError, MvccStore, StoreEngine, WriteRequest, WriteResponse};
 use crate::proto::depth;
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::proto::kvdpb::{
@@ -75,7 +77,6 @@ pub(crate) struct SnapshotPayload {
 /// Shared state-machine handle: the apply task and every reader (KV service, watchers,
 /// snapshot builder) hold one.
 pub struct SmShared {
-    pub db: sled::Db,
     pub mvcc: MvccStore,
     snap_dir: PathBuf,
     /// Serializes snapshot file I/O: a build, an install and a read of the newest snapshot
@@ -88,7 +89,8 @@ pub struct SmShared {
     /// The leader's lease expiry bookkeeping; apply tells it about grants and revokes.
     pub lessor: Lessor,
     /// The store revision after the last apply: watchers wake on it and read new events from
-    /// the MVCC history (which holds the batch, in memory or in sled, before this is sent).
+    /// the MVCC history (which holds the batch, in memory or in the engine, before this is
+    /// sent).
     revision_tx: watch::Sender<i64>,
 }
 
@@ -109,20 +111,18 @@ impl StateMachine {
         &self.shared.lessor
     }
 
-    /// Opens (or creates) the state machine under `dir` (`dir/db` for sled, `dir/snap` for
-    /// snapshot files) and repairs an interrupted snapshot install.
+    /// Opens (or creates) the state machine under `dir` (`dir/db` for the MVCC engine,
+    /// `dir/snap` for snapshot files) and repairs an interrupted snapshot install.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let snap_dir = dir.join("snap");
         crate::wal::create_dir_durable(&crate::wal::RealFs, &snap_dir)?;
         crate::wal::create_dir_durable(&crate::wal::RealFs, &dir.join("db"))?;
         snapshot_file::remove_temporaries(&snap_dir)?;
-        let db = sled::Config::new().path(dir.join("db")).open()?;
-        let mvcc = MvccStore::open(&db)?;
+        let mvcc = MvccStore::open(StoreEngine::open(&dir.join("db"))?)?;
         let (applied_tx, _) = watch::channel(0);
         let (revision_tx, _) = watch::channel(mvcc.current_revision());
         let sm = StateMachine {
             shared: Arc::new(SmShared {
-                db,
                 mvcc,
                 snap_dir,
                 snap_io: std::sync::Mutex::new(()),
@@ -159,17 +159,17 @@ impl StateMachine {
         Ok(())
     }
 
-    /// Rolls sled back to the newest snapshot (or to empty) if it holds applied state beyond
-    /// both the log's end (`last_log`, the last index the log store holds or purged) and that
-    /// snapshot.
+    /// Rolls the state machine back to the newest snapshot (or to empty) if it holds applied
+    /// state beyond both the log's end (`last_log`, the last index the log store holds or
+    /// purged) and that snapshot.
     ///
     /// This happens after a power loss: a leader applies an entry once its followers made it
-    /// durable, before its own fsync returns, and sled's background flush may persist that
-    /// state while the WAL loses the entry. The applied state is correct (only committed entries
-    /// are applied), but openraft reads "applied beyond the log" as "snapshot installed, log
-    /// not yet purged" and purges up to the applied index, past the newest snapshot, which it
-    /// then refuses to start with. Rolled back, the member re-applies what its log holds and
-    /// gets the rest from the leader.
+    /// durable, before its own fsync returns, and the engine's background flush may persist
+    /// that state while the WAL loses the entry. The applied state is correct (only committed
+    /// entries are applied), but openraft reads "applied beyond the log" as "snapshot
+    /// installed, log not yet purged" and purges up to the applied index, past the newest
+    /// snapshot, which it then refuses to start with. Rolled back, the member re-applies what
+    /// its log holds and gets the rest from the leader.
     pub fn roll_back_if_ahead_of(&self, last_log: u64) -> Result<(), StoreError> {
         let applied = self.last_applied()?.map_or(0, |l| l.index);
         let snapshot = snapshot_file::latest(&self.shared.snap_dir)?;
@@ -547,8 +547,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), io::Error> {
         // Readers wait for the end of the install rather than see a half-loaded store.
         let _no_reads = self.shared.install_gate.write().await;
-        // Writing a whole key space into sled takes seconds; the worker's other tasks (peer
-        // and client connections, Raft's core) must not wait for it.
+        // Writing a whole key space into the engine takes seconds; the worker's other tasks
+        // (peer and client connections, Raft's core) must not wait for it.
         blocking(|| -> Result<(), io::Error> {
             // Before the file is written: as the newest snapshot, a file that cannot be
             // loaded would fail every restart.
@@ -556,7 +556,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             // A build finishing now writes and removes snapshot files too.
             let _io = self.shared.snap_io.lock().unwrap();
             snapshot_file::write(&self.shared.snap_dir, meta, &snapshot)?;
-            crash_point(&self.shared.db).map_err(StoreError::from)?;
+            crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
             self.load_snapshot(meta, payload)?;
             snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
             Ok(())
@@ -605,9 +605,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             let t1 = std::time::Instant::now();
             let data = encode(&SnapshotPayload { items });
             let t2 = std::time::Instant::now();
-            // sled must be at least as new as the snapshot before openraft purges the log
-            // below it (taking the image committed the pending buffer; this makes it durable).
-            shared.db.flush()?;
+            // The engine must be at least as new as the snapshot before openraft purges the log
+            // below it (taking the image persisted the pending buffer; this makes it durable).
+            shared.mvcc.engine().flush()?;
             let t3 = std::time::Instant::now();
             let _io = shared.snap_io.lock().unwrap();
             snapshot_file::write(&shared.snap_dir, &file_meta, &data)?;

@@ -1,5 +1,5 @@
 //! openraft's storage conformance suite, run against the WAL-backed log store and the
-//! sled-backed state machine.
+//! MVCC-engine-backed state machine.
 
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::StorageError;

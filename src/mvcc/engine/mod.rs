@@ -1,0 +1,159 @@
+//! The storage engine under the MVCC store: a few named ordered trees of byte keys and values,
+//! point reads, range scans, atomic write batches across trees, and a durability point.
+//!
+//! [`Engine`] is everything the store asks of its storage; no other part of `mvcc` (or of the
+//! Raft state machine) touches the storage library. [`SledEngine`] is the one production
+//! implementation. The store holds a [`SledEngine`] concretely and calls it only through this
+//! trait: one engine type in the binary keeps the store free of type parameters, and the
+//! trait's associated types keep the hot paths (point reads, history scans) free of boxing and
+//! copies. Swapping the engine means implementing the trait and changing [`StoreEngine`].
+//!
+//! # Invariants (the contract every implementation keeps; `tests` checks them)
+//! - The trees are exactly [`Tree::ALL`], opened (created if missing) when the engine opens,
+//!   and named on disk by [`Tree::name`]. Keys order bytewise, shorter prefix first.
+//! - [`Engine::write`] is atomic across trees: a reader, and the engine reopened after a crash,
+//!   sees all of a batch or none of it. Writes within a batch apply in order (a later write of
+//!   a key wins). Batches are applied in the order `write` returns.
+//! - Reads see every write whose `write` has returned. A range scan that runs concurrently with
+//!   writes sees, for each key, either the old or the new value, never a torn one; it does not
+//!   promise a point-in-time view of the whole range.
+//! - A range whose start is above its end is empty. Scans run in key order, or reverse key
+//!   order from the back ([`DoubleEndedIterator`]).
+//! - Durability: after [`Engine::flush`] returns, every write that returned before it survives
+//!   a crash. Without a flush, a crash keeps some prefix of the batches (whole batches only),
+//!   possibly none of them.
+//! - [`Engine::clear`] is not atomic: a crash midway can leave part of the tree. Callers that
+//!   need a crash-atomic replacement mark it first (see `load`).
+//! - Handles are cheap clones of one engine; the engine closes when the last one is dropped.
+
+mod sled;
+
+#[cfg(test)]
+mod mem;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::ops::Bound;
+
+use super::error::MvccError;
+
+pub use self::sled::SledEngine;
+
+/// The engine the store runs on.
+pub type StoreEngine = SledEngine;
+
+/// The trees of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tree {
+    /// The history by revision.
+    Rev,
+    /// MVCC metadata and the caller's metadata.
+    Meta,
+    /// Leases.
+    Lease,
+}
+
+impl Tree {
+    /// Every tree, in a fixed order.
+    pub const ALL: [Tree; 3] = [Tree::Rev, Tree::Meta, Tree::Lease];
+
+    /// The tree's name on disk and in snapshots.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Tree::Rev => "mvcc_rev",
+            Tree::Meta => "mvcc_meta",
+            Tree::Lease => "mvcc_lease",
+        }
+    }
+}
+
+/// A tree that earlier layouts kept (a persisted key index): dropped when an engine opens,
+/// and skipped in snapshots.
+pub const LEGACY_IDX_TREE: &str = "mvcc_idx";
+
+/// One write of a [`WriteBatch`]: `None` deletes.
+pub type Write<'a> = (Tree, Cow<'a, [u8]>, Option<Cow<'a, [u8]>>);
+
+/// Writes to apply atomically, in order, with [`Engine::write`]. Keys and values may be
+/// borrowed, so large values are not copied to build a batch.
+#[derive(Default, Debug)]
+pub struct WriteBatch<'a> {
+    writes: Vec<Write<'a>>,
+}
+
+impl<'a> WriteBatch<'a> {
+    pub fn put(
+        &mut self,
+        tree: Tree,
+        key: impl Into<Cow<'a, [u8]>>,
+        value: impl Into<Cow<'a, [u8]>>,
+    ) {
+        self.writes.push((tree, key.into(), Some(value.into())));
+    }
+
+    pub fn delete(&mut self, tree: Tree, key: impl Into<Cow<'a, [u8]>>) {
+        self.writes.push((tree, key.into(), None));
+    }
+
+    /// Writes a value, or deletes with `None`.
+    pub fn set(
+        &mut self,
+        tree: Tree,
+        key: impl Into<Cow<'a, [u8]>>,
+        value: Option<impl Into<Cow<'a, [u8]>>>,
+    ) {
+        self.writes.push((tree, key.into(), value.map(Into::into)));
+    }
+
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// The writes, in order.
+    pub fn writes(&self) -> &[Write<'a>] {
+        &self.writes
+    }
+
+    /// The trees the batch writes to, each once, in [`Tree::ALL`] order.
+    pub fn trees(&self) -> Vec<Tree> {
+        Tree::ALL
+            .into_iter()
+            .filter(|t| self.writes.iter().any(|(w, _, _)| w == t))
+            .collect()
+    }
+}
+
+/// Ordered key-value storage in the named [`Tree`]s; see the module doc for the contract.
+pub trait Engine: Clone + Send + Sync + 'static {
+    /// A key or value read from the engine.
+    type Bytes: AsRef<[u8]> + std::ops::Deref<Target = [u8]> + Send + Sync + 'static;
+    /// A range scan, forward with `next` and backward with `next_back`.
+    type Iter: DoubleEndedIterator<Item = Result<(Self::Bytes, Self::Bytes), MvccError>>
+        + Send
+        + 'static;
+
+    /// The value of `key` in `tree`.
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Self::Bytes>, MvccError>;
+
+    /// The entries of `tree` with keys between `lo` and `hi`, in key order.
+    fn range(&self, tree: Tree, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Self::Iter;
+
+    /// Every entry of `tree`, in key order.
+    fn iter(&self, tree: Tree) -> Self::Iter {
+        self.range(tree, Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// Applies `batch` atomically (see the module doc).
+    fn write(&self, batch: WriteBatch<'_>) -> Result<(), MvccError>;
+
+    /// Removes every entry of `tree`; not atomic.
+    fn clear(&self, tree: Tree) -> Result<(), MvccError>;
+
+    /// Makes every write that has returned durable.
+    fn flush(&self) -> Result<(), MvccError>;
+}

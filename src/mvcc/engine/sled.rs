@@ -1,0 +1,165 @@
+//! [`Engine`] on sled: each [`Tree`] is a sled tree of the same name in one sled database.
+//!
+//! # Invariants
+//! - A batch that writes one tree is one `Tree::apply_batch`; a batch that writes several is
+//!   one sled transaction over the three trees. sled recovers both atomically after a crash.
+//! - sled's own background flush may make writes durable before [`Engine::flush`]; it keeps
+//!   whole batches only, in order, which is what the contract allows.
+
+use std::ops::Bound;
+use std::path::Path;
+
+use ::sled::transaction::{ConflictableTransactionError, TransactionError};
+use ::sled::{IVec, Transactional};
+
+use super::{Engine, Tree, WriteBatch, LEGACY_IDX_TREE};
+use crate::mvcc::error::MvccError;
+
+impl From<::sled::Error> for MvccError {
+    fn from(e: ::sled::Error) -> Self {
+        MvccError::Storage(e.to_string())
+    }
+}
+
+/// The store's trees in one sled database; cheap to clone.
+#[derive(Clone)]
+pub struct SledEngine {
+    db: ::sled::Db,
+    rev: ::sled::Tree,
+    meta: ::sled::Tree,
+    lease: ::sled::Tree,
+}
+
+impl SledEngine {
+    /// Opens (or creates) the database in directory `path`.
+    pub fn open(path: &Path) -> Result<Self, MvccError> {
+        Self::with_config(::sled::Config::new().path(path))
+    }
+
+    /// A database in a temporary directory, removed when the engine closes.
+    pub fn temporary() -> Result<Self, MvccError> {
+        Self::with_config(::sled::Config::new().temporary(true))
+    }
+
+    /// Opens the database in `path` with sled's periodic background flush off, so that only
+    /// [`Engine::flush`] makes writes durable: a test that drops the engine without a flush
+    /// sees, on reopen, what a crash could leave.
+    #[cfg(test)]
+    pub fn open_flushed_only(path: &Path) -> Result<Self, MvccError> {
+        Self::with_config(::sled::Config::new().path(path).flush_every_ms(None))
+    }
+
+    /// The names of the database's sled trees.
+    #[cfg(test)]
+    pub fn db_tree_names(&self) -> Vec<String> {
+        let names = self.db.tree_names();
+        names
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect()
+    }
+
+    fn with_config(config: ::sled::Config) -> Result<Self, MvccError> {
+        let db = config.open()?;
+        if db
+            .tree_names()
+            .iter()
+            .any(|n| n == LEGACY_IDX_TREE.as_bytes())
+        {
+            db.drop_tree(LEGACY_IDX_TREE)?;
+        }
+        Ok(SledEngine {
+            rev: db.open_tree(Tree::Rev.name())?,
+            meta: db.open_tree(Tree::Meta.name())?,
+            lease: db.open_tree(Tree::Lease.name())?,
+            db,
+        })
+    }
+
+    fn tree(&self, t: Tree) -> &::sled::Tree {
+        match t {
+            Tree::Rev => &self.rev,
+            Tree::Meta => &self.meta,
+            Tree::Lease => &self.lease,
+        }
+    }
+}
+
+/// A range scan of a [`SledEngine`] tree.
+pub struct SledIter(::sled::Iter);
+
+impl Iterator for SledIter {
+    type Item = Result<(IVec, IVec), MvccError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|r| r.map_err(MvccError::from))
+    }
+}
+
+impl DoubleEndedIterator for SledIter {
+    #[inline]
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back().map(|r| r.map_err(MvccError::from))
+    }
+}
+
+impl Engine for SledEngine {
+    type Bytes = IVec;
+    type Iter = SledIter;
+
+    #[inline]
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<IVec>, MvccError> {
+        Ok(self.tree(tree).get(key)?)
+    }
+
+    #[inline]
+    fn range(&self, tree: Tree, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> SledIter {
+        SledIter(self.tree(tree).range::<&[u8], _>((lo, hi)))
+    }
+
+    fn write(&self, batch: WriteBatch<'_>) -> Result<(), MvccError> {
+        match batch.trees().as_slice() {
+            [] => Ok(()),
+            [one] => {
+                let mut b = ::sled::Batch::default();
+                for (_, k, v) in batch.writes() {
+                    match v {
+                        Some(v) => b.insert(&k[..], &v[..]),
+                        None => b.remove(&k[..]),
+                    }
+                }
+                Ok(self.tree(*one).apply_batch(b)?)
+            }
+            _ => {
+                let res = (&self.rev, &self.meta, &self.lease).transaction(|(tr, tm, tl)| {
+                    for (t, k, v) in batch.writes() {
+                        let tx = match t {
+                            Tree::Rev => tr,
+                            Tree::Meta => tm,
+                            Tree::Lease => tl,
+                        };
+                        match v {
+                            Some(v) => tx.insert(&k[..], &v[..])?,
+                            None => tx.remove(&k[..])?,
+                        };
+                    }
+                    Ok::<(), ConflictableTransactionError<()>>(())
+                });
+                res.map_err(|e| match e {
+                    TransactionError::Storage(e) => e.into(),
+                    TransactionError::Abort(()) => MvccError::Storage("transaction aborted".into()),
+                })
+            }
+        }
+    }
+
+    fn clear(&self, tree: Tree) -> Result<(), MvccError> {
+        Ok(self.tree(tree).clear()?)
+    }
+
+    fn flush(&self) -> Result<(), MvccError> {
+        self.db.flush()?;
+        Ok(())
+    }
+}
