@@ -121,14 +121,14 @@ impl RaftNode {
         use crate::metrics::{PROPOSALS_FAILED, PROPOSALS_PENDING};
         use std::sync::atomic::Ordering::Relaxed;
         // A guard, so a caller that drops the future (client went away) still decrements.
-        struct Pending;
-        impl Drop for Pending {
+        struct InFlight;
+        impl Drop for InFlight {
             fn drop(&mut self) {
                 PROPOSALS_PENDING.fetch_sub(1, Relaxed);
             }
         }
         PROPOSALS_PENDING.fetch_add(1, Relaxed);
-        let _pending = Pending;
+        let _in_flight = InFlight;
         let r = self.propose_inner(req).await;
         if r.is_err() {
             PROPOSALS_FAILED.fetch_add(1, Relaxed);

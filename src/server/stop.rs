@@ -4,7 +4,8 @@
 //! Invariants:
 //! - Background duties stop before Raft, so none proposes into a stopping node.
 //! - A leader hands leadership over before its servers stop, so the cluster does not wait an
-//!   election timeout (etcd does the same on graceful stop).
+//!   election timeout (etcd does the same on graceful stop). A member whose Raft failed has no
+//!   leadership to hand over, and makes no further call into Raft before it is shut down.
 //! - The committed index and the applied state are written last: neither is needed for
 //!   safety (the log holds every applied entry), but a restart then replays nothing.
 
@@ -60,8 +61,17 @@ pub async fn shut_down(
     reason: StopReason,
 ) -> Result<(), ServerError> {
     tracing::info!("stopping member");
+    let failed = matches!(reason, StopReason::RaftFailed(_));
+    if failed {
+        // Settle openraft's record of its dead core first: a task aborted below may be the
+        // one joining the core (any call into a stopped Raft joins it), and openraft panics
+        // on a later call if that join was abandoned half way.
+        let _ = node.raft.shutdown().await;
+    }
     serving.stop_background();
-    hand_over_leadership(node).await;
+    if !failed {
+        hand_over_leadership(node).await;
+    }
     serving.stop_servers();
     let _ = node.raft.shutdown().await;
     if let Err(e) = node.log.flush_committed().await {

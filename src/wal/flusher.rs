@@ -23,7 +23,7 @@ use std::time::Instant;
 use super::format::{self, HEADER_LEN};
 use super::fs::{WalFile, WalFs};
 use super::recovery::{create_segment, SegmentInfo};
-use super::{segment_path, Pending, Record, Shared, WalError, WalOptions};
+use super::{segment_path, Record, Shared, Submission, WalError, WalOptions};
 
 pub(crate) struct Flusher {
     pub fs: Arc<dyn WalFs>,
@@ -108,7 +108,7 @@ impl Flusher {
 
     /// Writes and syncs one group commit. Returns the purge index if the
     /// batch contained a PurgeUpTo (to be applied now that it is durable).
-    fn write_batch(&mut self, batch: &[Pending]) -> Result<Option<u64>, WalError> {
+    fn write_batch(&mut self, batch: &[Submission]) -> Result<Option<u64>, WalError> {
         if self.file.size() >= self.opts.segment_size {
             self.rotate()?;
         }

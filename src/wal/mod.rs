@@ -294,14 +294,15 @@ impl Stats {
 /// Completion callback passed to [`Wal::submit`].
 pub type WalCallback = Box<dyn FnOnce(Result<(), WalError>) + Send>;
 
-pub(crate) struct Pending {
+/// One `submit`: records waiting for the flusher, and who to tell once they are durable.
+pub(crate) struct Submission {
     records: Vec<Record>,
     done: WalCallback,
 }
 
 #[derive(Default)]
 pub(crate) struct Queue {
-    pending: Vec<Pending>,
+    pending: Vec<Submission>,
     closed: bool,
     poisoned: Option<String>,
 }
@@ -451,7 +452,7 @@ impl Wal {
         };
         match refused {
             None => {
-                q.pending.push(Pending { records, done });
+                q.pending.push(Submission { records, done });
                 drop(q);
                 shared.cv.notify_one();
             }
