@@ -1,5 +1,7 @@
 //! kvd: the server binary. Parses etcd-compatible flags and runs a member until SIGINT/SIGTERM.
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use kvd::server::config::Flags;
+use kvd::server::config_env;
 
 mod log;
 
@@ -7,7 +9,15 @@ mod log;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let flags = kvd::server::config::Flags::parse();
+    let matches = Flags::command().get_matches();
+    let env = match config_env::check_env(&matches, std::env::vars_os()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kvd: {e}");
+            std::process::exit(1);
+        }
+    };
+    let flags = Flags::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let cfg = match flags.validate() {
         Ok(c) => c,
         Err(e) => {
@@ -16,6 +26,9 @@ fn main() {
         }
     };
     log::init(&cfg.log);
+    for var in &env.unrecognized {
+        tracing::warn!("unrecognized environment variable {var}");
+    }
     let rt = runtime(cfg.worker_threads);
     let res = rt.block_on(kvd::server::run(cfg, async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -11,6 +11,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod config_env;
 pub mod context;
 pub mod error;
 pub mod gateway;

@@ -1,0 +1,87 @@
+//! The `ETCD_*` environment as etcd 3.4 reads it, through the real `kvd` binary: a variable
+//! that its flag also sets on the command line stops the start (etcd's message, exit 1); a
+//! variable no flag reads is logged once with its value, and the member starts.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::free_port;
+
+/// `kvd` for a one-member cluster in `dir`, with `name` on the command line.
+fn kvd(dir: &std::path::Path, name: &str) -> Command {
+    let (cp, pp) = (free_port(), free_port());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kvd"));
+    c.args([
+        "--name",
+        name,
+        "--data-dir",
+        dir.join("m").to_str().unwrap(),
+        "--listen-client-urls",
+        &format!("http://127.0.0.1:{cp}"),
+        "--advertise-client-urls",
+        &format!("http://127.0.0.1:{cp}"),
+        "--listen-peer-urls",
+        &format!("http://127.0.0.1:{pp}"),
+        "--initial-advertise-peer-urls",
+        &format!("http://127.0.0.1:{pp}"),
+        "--initial-cluster",
+        &format!("{name}=http://127.0.0.1:{pp}"),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    c
+}
+
+#[test]
+fn a_variable_shadowed_by_its_flag_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = kvd(dir.path(), "m")
+        .env("ETCD_NAME", "other")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "conflicting environment variable \"ETCD_NAME\" is shadowed by corresponding \
+             command-line flag (either unset environment variable or disable flag)"
+        ),
+        "{err}"
+    );
+    assert!(!dir.path().join("m").exists(), "nothing created");
+}
+
+#[test]
+fn a_variable_no_flag_reads_is_logged_and_the_member_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = kvd(dir.path(), "m")
+        .env("ETCD_NO_SUCH_FLAG", "bar")
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut warned, mut ready) = (0, false);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline && !(warned > 0 && ready) {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            warned +=
+                line.contains("unrecognized environment variable ETCD_NO_SUCH_FLAG=bar") as u32;
+            ready |= line.contains("ready to serve client requests");
+            seen.push(line);
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(warned, 1, "logged once:\n{}", seen.join("\n"));
+    assert!(ready, "the member started:\n{}", seen.join("\n"));
+}
