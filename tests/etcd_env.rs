@@ -9,30 +9,12 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::free_port;
+use common::single_member;
 
-/// `kvd` for a one-member cluster in `dir`, with `name` on the command line.
+/// `kvd` for a one-member cluster in `dir`, its log piped.
 fn kvd(dir: &std::path::Path, name: &str) -> Command {
-    let (cp, pp) = (free_port(), free_port());
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kvd"));
-    c.args([
-        "--name",
-        name,
-        "--data-dir",
-        dir.join("m").to_str().unwrap(),
-        "--listen-client-urls",
-        &format!("http://127.0.0.1:{cp}"),
-        "--advertise-client-urls",
-        &format!("http://127.0.0.1:{cp}"),
-        "--listen-peer-urls",
-        &format!("http://127.0.0.1:{pp}"),
-        "--initial-advertise-peer-urls",
-        &format!("http://127.0.0.1:{pp}"),
-        "--initial-cluster",
-        &format!("{name}=http://127.0.0.1:{pp}"),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    let mut c = single_member(&dir.join("m"), name);
+    c.stdout(Stdio::null()).stderr(Stdio::piped());
     c
 }
 

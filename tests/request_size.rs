@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{free_port, Cluster};
+use common::{single_member, Cluster};
 use kvd::proto::etcdserverpb::request_op::Request as Op;
 use kvd::proto::etcdserverpb::{PutRequest, RangeRequest, RequestOp, TxnRequest};
 use kvd::proto::kvdpb::internal_request::Request;
@@ -149,27 +149,9 @@ async fn put_at_the_maximum_request_limit_is_replicated() {
 #[test]
 fn max_request_bytes_above_the_bound_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
-    let (cp, pp) = (free_port(), free_port());
     let too_big = kvd::raft::limits::MAX_REQUEST_BYTES + 1;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kvd"))
-        .args([
-            "--name",
-            "m",
-            "--data-dir",
-            dir.path().join("m").to_str().unwrap(),
-            "--listen-client-urls",
-            &format!("http://127.0.0.1:{cp}"),
-            "--advertise-client-urls",
-            &format!("http://127.0.0.1:{cp}"),
-            "--listen-peer-urls",
-            &format!("http://127.0.0.1:{pp}"),
-            "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{pp}"),
-            "--initial-cluster",
-            &format!("m=http://127.0.0.1:{pp}"),
-            "--max-request-bytes",
-            &too_big.to_string(),
-        ])
+    let mut child = single_member(&dir.path().join("m"), "m")
+        .args(["--max-request-bytes", &too_big.to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -35,6 +35,30 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// `kvd` for a one-member cluster named `name` with its data dir at `data_dir`, on free ports,
+/// its output not yet directed: for tests of how the binary starts or refuses to.
+pub fn single_member(data_dir: &Path, name: &str) -> Command {
+    let (cp, pp) = (free_port(), free_port());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kvd"));
+    c.args([
+        "--name",
+        name,
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--listen-client-urls",
+        &format!("http://127.0.0.1:{cp}"),
+        "--advertise-client-urls",
+        &format!("http://127.0.0.1:{cp}"),
+        "--listen-peer-urls",
+        &format!("http://127.0.0.1:{pp}"),
+        "--initial-advertise-peer-urls",
+        &format!("http://127.0.0.1:{pp}"),
+        "--initial-cluster",
+        &format!("{name}=http://127.0.0.1:{pp}"),
+    ]);
+    c
+}
+
 pub struct MemberProc {
     pub name: String,
     pub client_port: u16,
