@@ -36,7 +36,9 @@ impl Scrape {
     /// openraft's metrics are a watch, so changes between two wake-ups collapse into one;
     /// etcd's counter has the same granularity at its raft Ready loop.
     pub async fn watch_leader(self) {
-        let mut rx = self.node.raft.metrics();
+        // The server metrics change with the vote, role, leader and membership only; the full
+        // metrics would wake this task on every append and apply.
+        let mut rx = self.node.raft.server_metrics();
         let mut last = None;
         loop {
             let leader = rx.borrow_watched().current_leader;
