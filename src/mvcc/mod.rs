@@ -49,14 +49,15 @@
 //!
 //! # Modules
 //! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
-//! `request`, `gosort`, `check`; `mem_index`; `garbage`; `pending`; `view`; `apply`; this
-//! module with `load` (more `impl MvccStore`); `failpoint` beside `engine`. A module uses
-//! only modules before it.
+//! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `garbage`; `pending`; `view`;
+//! `apply`; this module with `load` (more `impl MvccStore`); `failpoint` beside `engine`. A
+//! module uses only modules before it.
 
 mod apply;
 mod check;
 pub mod engine;
 mod error;
+pub mod etcd_format;
 pub(crate) mod failpoint;
 mod garbage;
 mod gosort;
