@@ -49,7 +49,7 @@
 //!
 //! # Modules
 //! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
-//! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `garbage`; `pending`; `view`;
+//! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `etcd_image` (after the store type); `garbage`; `pending`; `view`;
 //! `apply`; this module with `load` (more `impl MvccStore`); `failpoint` beside `engine`. A
 //! module uses only modules before it.
 
@@ -58,6 +58,7 @@ mod check;
 pub mod engine;
 mod error;
 pub mod etcd_format;
+mod etcd_image;
 pub(crate) mod failpoint;
 mod garbage;
 mod gosort;
@@ -69,6 +70,8 @@ mod pending;
 mod request;
 mod view;
 
+#[cfg(test)]
+mod etcd_image_tests;
 #[cfg(test)]
 mod garbage_tests;
 #[cfg(test)]
@@ -85,6 +88,7 @@ use std::time::{Duration, Instant};
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
 pub use engine::{Engine, SledEngine, StoreEngine};
 pub use error::MvccError;
+pub use etcd_image::{entries_from_etcd, Pairs, TreeEntries};
 pub use index::Revision;
 pub use load::check_entries;
 pub use request::{WriteRequest, WriteResponse};

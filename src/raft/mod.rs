@@ -4,6 +4,7 @@
 //! writes and serves read-index barriers.
 
 mod background;
+pub mod backup;
 pub mod error;
 pub mod lessor;
 pub mod limits;
