@@ -4,7 +4,7 @@ use super::tests::{compact, del, put, temp_store};
 use super::*;
 use crate::proto::etcdserverpb::{LeaseGrantRequest, PutRequest, RangeRequest};
 
-fn range_at(s: &MvccStore, rev: i64) -> Vec<(Vec<u8>, i64, i64, i64, i64, Vec<u8>)> {
+fn range_at(s: &MvccStore, rev: i64) -> Vec<KeyValue> {
     let r = s
         .range(&RangeRequest {
             key: vec![0],
@@ -14,18 +14,6 @@ fn range_at(s: &MvccStore, rev: i64) -> Vec<(Vec<u8>, i64, i64, i64, i64, Vec<u8
         })
         .unwrap();
     r.kvs
-        .into_iter()
-        .map(|kv| {
-            (
-                kv.key,
-                kv.create_revision,
-                kv.mod_revision,
-                kv.version,
-                kv.lease,
-                kv.value,
-            )
-        })
-        .collect()
 }
 
 #[test]
