@@ -92,7 +92,7 @@ pub struct Meta {
     pub txid: u64,
 }
 
-pub fn page_size_ok(ps: u32) -> bool {
+fn page_size_ok(ps: u32) -> bool {
     ps.is_power_of_two() && (512..=1 << 20).contains(&ps)
 }
 

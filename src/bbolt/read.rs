@@ -7,12 +7,12 @@ use std::path::Path;
 
 use super::error::{BoltError, MetaFault, PageFault};
 use super::page::{
-    branch_elem, decode_bucket, leaf_elem, page_size_ok, BucketRoot, Meta, PageHeader, BRANCH_PAGE,
+    branch_elem, decode_bucket, leaf_elem, BucketRoot, Meta, PageHeader, BRANCH_PAGE,
     BUCKET_LEAF_FLAG, DEFAULT_PAGE_SIZE, LEAF_PAGE, MAGIC, META_END, PAGE_HEADER_SIZE,
 };
 
-/// No real tree comes near this depth: a 4 KiB-page tree of 2^64 keys is about 16 deep
-/// even at two keys per branch page... of 32 KiB keys. Deeper means a cycle or garbage.
+/// No real tree comes near this depth: with at least two children per branch page, 64
+/// levels would address 2^64 pages. Deeper means a cycle or garbage.
 const MAX_DEPTH: u32 = 64;
 
 pub struct Reader {
@@ -245,11 +245,7 @@ fn read_meta(file: &File, len: u64, at: u64) -> Result<Meta, MetaFault> {
     let mut b = [0u8; META_END];
     file.read_exact_at(&mut b, at)
         .map_err(|_| MetaFault::Missing)?;
-    let m = Meta::decode(&b)?;
-    if !page_size_ok(m.page_size) {
-        return Err(MetaFault::PageSize(m.page_size));
-    }
-    Ok(m)
+    Meta::decode(&b)
 }
 
 fn starts_with_magic(file: &File, len: u64) -> Result<bool, BoltError> {

@@ -502,6 +502,16 @@ fn reads_a_snapshot_real_etcd_wrote() {
             "scheduledCompactRev"
         ]
     );
+    // `etcdctl snapshot status` (Go bbolt) counted 13 keys over all buckets.
+    let mut total = 0;
+    for name in r.buckets().unwrap() {
+        r.for_each(&name, |_, _| {
+            total += 1;
+            Ok::<(), BoltError>(())
+        })
+        .unwrap();
+    }
+    assert_eq!(total, 13);
 }
 
 /// A protobuf mvccpb.KeyValue, encoded by hand (this module names no other).
@@ -540,8 +550,13 @@ fn write_etcd_shape(path: &Path, n: u64) {
         } else {
             vec![b'v'; 100]
         };
-        let version = (rev - 2) / 1000 + 1;
-        let create = rev - (version - 1) * 1000;
+        // Key `rev % 1000` is created at its first revision and updated every 1000 after.
+        let create = if rev % 1000 >= 2 {
+            rev % 1000
+        } else {
+            rev % 1000 + 1000
+        };
+        let version = (rev - create) / 1000 + 1;
         w.put(
             &rev_key(rev, false),
             &kv_proto(key.as_bytes(), create, rev, version, &value),
@@ -590,14 +605,17 @@ fn etcdctl_reads_files_the_writer_wrote() {
     assert_eq!(status["totalSize"], std::fs::metadata(&db).unwrap().len());
 
     let restored = dir.path().join("restored");
+    let port: u16 = rand::thread_rng().gen_range(30000..60000);
+    let peer = format!("http://127.0.0.1:{}", port + 1);
+    let client = format!("http://127.0.0.1:{port}");
     let out = Command::new("etcdctl")
         .env("ETCDCTL_API", "3")
         .args(["snapshot", "restore", "--skip-hash-check", "--name", "r"])
         .arg(&db)
         .arg("--data-dir")
         .arg(&restored)
-        .args(["--initial-cluster", "r=http://127.0.0.1:2380"])
-        .args(["--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
+        .args(["--initial-cluster", &format!("r={peer}")])
+        .args(["--initial-advertise-peer-urls", &peer])
         .output()
         .unwrap();
     assert!(
@@ -614,4 +632,91 @@ fn etcdctl_reads_files_the_writer_wrote() {
     })
     .unwrap();
     assert_eq!(count, n);
+    drop(r);
+
+    // etcd itself starts on the restored data and serves the keys at the last revision.
+    let mut etcd = Command::new("etcd")
+        .args(["--name", "r", "--data-dir"])
+        .arg(&restored)
+        .args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let get = || {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &client, "--command-timeout", "2s"])
+            .args(["get", "k00000123", "-w", "json"])
+            .output()
+            .unwrap()
+    };
+    let mut answer = None;
+    for _ in 0..50 {
+        let out = get();
+        if out.status.success() {
+            answer = Some(String::from_utf8_lossy(&out.stdout).into_owned());
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    etcd.kill().unwrap();
+    etcd.wait().unwrap();
+    let answer: serde_json::Value =
+        serde_json::from_str(answer.expect("etcd answered").trim()).unwrap();
+    assert_eq!(answer["header"]["revision"], n + 1, "{answer}");
+    assert_eq!(answer["count"], 1, "{answer}");
+    // Revisions 123 + 1000 i for i < 20: the last one is 19123.
+    assert_eq!(answer["kvs"][0]["mod_revision"], 19_123, "{answer}");
+}
+
+/// Measurement, not a check: `KVD_BBOLT_BENCH=/path/file` writes 1M keys of 1 KiB values
+/// there (run under `/usr/bin/time -v`, release build); see the decision record 0017.
+#[test]
+#[ignore = "measurement; set KVD_BBOLT_BENCH"]
+fn measure_write_1m() {
+    let Ok(path) = std::env::var("KVD_BBOLT_BENCH") else {
+        return;
+    };
+    let t = std::time::Instant::now();
+    let mut w = Writer::create(Path::new(&path)).unwrap();
+    w.bucket(b"key").unwrap();
+    let mut value = vec![0u8; 1024];
+    for rev in 0..1_000_000u64 {
+        value[..8].copy_from_slice(&rev.to_le_bytes());
+        w.put(&rev_key(rev, false), &value).unwrap();
+    }
+    let len = w.finish(1).unwrap();
+    eprintln!("wrote {len} bytes in {:?}", t.elapsed());
+}
+
+/// Reads back what `measure_write_1m` wrote.
+#[test]
+#[ignore = "measurement; set KVD_BBOLT_BENCH"]
+fn measure_read_1m() {
+    let Ok(path) = std::env::var("KVD_BBOLT_BENCH") else {
+        return;
+    };
+    let t = std::time::Instant::now();
+    let r = Reader::open(Path::new(&path)).unwrap();
+    let (mut n, mut bytes) = (0u64, 0usize);
+    r.for_each(b"key", |k, v| {
+        n += 1;
+        bytes += k.len() + v.len();
+        Ok::<(), BoltError>(())
+    })
+    .unwrap();
+    assert_eq!(n, 1_000_000);
+    eprintln!("read {n} keys, {bytes} bytes in {:?}", t.elapsed());
 }
