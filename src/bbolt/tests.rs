@@ -391,6 +391,26 @@ fn a_cycle_ends_in_an_error() {
 }
 
 #[test]
+fn a_child_far_beyond_the_file_is_out_of_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, mut bytes) = sample(dir.path());
+    let at = bucket_root(&bytes, b"key") as usize * 4096;
+    for child in [1u64 << 60, 1, 0] {
+        let elem = at + PAGE_HEADER_SIZE + 8;
+        bytes[elem..elem + 8].copy_from_slice(&child.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let r = Reader::open(&path).unwrap();
+        let e = r
+            .for_each(b"key", |_, _| Ok::<(), BoltError>(()))
+            .unwrap_err();
+        assert!(
+            matches!(e, BoltError::BadPage { pgid, reason: PageFault::OutOfBounds } if pgid == child),
+            "child {child}: {e:?}"
+        );
+    }
+}
+
+#[test]
 fn random_byte_flips_never_panic() {
     let dir = tempfile::tempdir().unwrap();
     let (path, clean) = sample(dir.path());
@@ -536,6 +556,25 @@ fn kv_proto(key: &[u8], create: u64, modr: u64, version: u64, value: &[u8]) -> V
     out
 }
 
+/// Revision `rev` of `write_etcd_shape`: 1000 keys, each updated every 1000 revisions; one
+/// value of 20 KiB (overflow pages), the others 100 bytes.
+fn etcd_shape_kv(rev: u64) -> (Vec<u8>, Vec<u8>) {
+    let key = format!("k{:08}", rev % 1000);
+    let value = if rev == 500 {
+        vec![b'x'; 20 * 1024]
+    } else {
+        vec![b'v'; 100]
+    };
+    let create = if rev % 1000 >= 2 {
+        rev % 1000
+    } else {
+        rev % 1000 + 1000
+    };
+    let version = (rev - create) / 1000 + 1;
+    let kv = kv_proto(key.as_bytes(), create, rev, version, &value);
+    (rev_key(rev, false), kv)
+}
+
 /// A file in etcd's shape: revisions 2..=n+1 in `key`, the consistent index in `meta`.
 fn write_etcd_shape(path: &Path, n: u64) {
     let mut w = Writer::create(path).unwrap();
@@ -544,24 +583,8 @@ fn write_etcd_shape(path: &Path, n: u64) {
     }
     w.bucket(b"key").unwrap();
     for rev in 2..n + 2 {
-        let key = format!("k{:08}", rev % 1000);
-        let value = if rev == 500 {
-            vec![b'x'; 20 * 1024]
-        } else {
-            vec![b'v'; 100]
-        };
-        // Key `rev % 1000` is created at its first revision and updated every 1000 after.
-        let create = if rev % 1000 >= 2 {
-            rev % 1000
-        } else {
-            rev % 1000 + 1000
-        };
-        let version = (rev - create) / 1000 + 1;
-        w.put(
-            &rev_key(rev, false),
-            &kv_proto(key.as_bytes(), create, rev, version, &value),
-        )
-        .unwrap();
+        let (k, v) = etcd_shape_kv(rev);
+        w.put(&k, &v).unwrap();
     }
     for b in ["lease", "members", "members_removed"] {
         w.bucket(b.as_bytes()).unwrap();
@@ -671,14 +694,44 @@ fn etcdctl_reads_files_the_writer_wrote() {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    // Have Go bbolt rewrite the whole file (defrag: a fresh file with branch pages, overflow
+    // pages and inline buckets of its own making), then save a snapshot of it.
+    let ctl = |args: &[&str]| {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &client])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let saved = dir.path().join("saved.db");
+    let defrag = ctl(&["defrag"]);
+    let save = ctl(&["snapshot", "save", saved.to_str().unwrap()]);
     etcd.kill().unwrap();
     etcd.wait().unwrap();
+    assert!(defrag.0 && save.0, "{defrag:?} {save:?}");
     let answer: serde_json::Value =
         serde_json::from_str(answer.expect("etcd answered").trim()).unwrap();
     assert_eq!(answer["header"]["revision"], n + 1, "{answer}");
     assert_eq!(answer["count"], 1, "{answer}");
     // Revisions 123 + 1000 i for i < 20: the last one is 19123.
     assert_eq!(answer["kvs"][0]["mod_revision"], 19_123, "{answer}");
+
+    // Go bbolt's file, read back here: every revision, byte for byte.
+    let r = Reader::open(&saved).unwrap();
+    let mut rev = 2;
+    r.for_each(b"key", |k, v| {
+        let (wk, wv) = etcd_shape_kv(rev);
+        assert_eq!((k, v), (&wk[..], &wv[..]), "revision {rev}");
+        rev += 1;
+        Ok::<(), BoltError>(())
+    })
+    .unwrap();
+    assert_eq!(rev, n + 2);
 }
 
 /// Measurement, not a check: `KVD_BBOLT_BENCH=/path/file` writes 1M keys of 1 KiB values
