@@ -5,10 +5,10 @@
 //! - A [`BackupImage`]'s applied log id and membership are those stored with the image's
 //!   data: both come from the meta tree copied under the MVCC apply lock, never from a
 //!   separate read that an apply could move past.
-//! - A restored member's first start loads [`write_restored`]'s snapshot through the normal
-//!   repair path (`StateMachine::open`: a state machine older than the newest snapshot is
-//!   reloaded from it), and openraft then purges its empty log up to the snapshot, so a member
-//!   added later receives the data by snapshot, never by replaying a log that lacks it.
+//! - A restored member holds [`write_restored`]'s snapshot file and its state machine loaded
+//!   from it; on its first start openraft finds applied state beyond its empty log and purges
+//!   the log up to the snapshot, so a member added later receives the data by snapshot, never
+//!   by replaying a log that lacks it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -96,5 +96,9 @@ pub fn write_restored(
     }
     let data = encode(&SnapshotPayload { items: entries });
     snapshot_file::write(&snap_dir, &meta, &data)?;
+    // Loading it now, rather than at the member's first start, makes that start an ordinary
+    // one, and proves the snapshot loads before the data dir is handed over.
+    let sm = StateMachine::open(sm_dir)?;
+    sm.store().flush()?;
     Ok(())
 }

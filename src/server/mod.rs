@@ -9,6 +9,7 @@
 //! <data-dir>/member/sm/snap/     Raft snapshot files
 //! ```
 
+pub mod backup;
 pub mod cluster;
 pub mod config;
 pub mod config_env;

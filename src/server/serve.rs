@@ -204,6 +204,7 @@ fn client_services(
             MaintenanceServer::new(maintenance::MaintenanceService {
                 ctx: ctx.clone(),
                 db_dir: member.db_dir(),
+                backup_dir: member.backup_dir(),
             })
             .max_decoding_message_size(max_msg),
             node.clone(),
