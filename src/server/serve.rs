@@ -20,7 +20,8 @@ use super::context::ServerCtx;
 use super::learner::LearnerGuard;
 use super::start::{Listeners, MemberDir};
 use super::{
-    cluster, gateway, kv, leader_duties, lease, maintenance, membership, observe, oversize, watches,
+    cluster, election, gateway, kv, leader_duties, lease, lock, maintenance, membership, observe,
+    oversize, watches,
 };
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
@@ -29,6 +30,8 @@ use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::etcdserverpb::watch_server::WatchServer;
 use crate::proto::kvdpb::peer_server::PeerServer;
 use crate::proto::kvdpb::{internal_request, InternalRequest, MemberAttributes};
+use crate::proto::v3electionpb::election_server::ElectionServer;
+use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::raft::links::Links;
 use crate::raft::network::MAX_PEER_MESSAGE;
 use crate::raft::peer_service::{LeaderDuties, PeerService};
@@ -208,6 +211,16 @@ fn client_services(
             .max_decoding_message_size(max_msg),
             node.clone(),
         ),
+        lock: LearnerGuard::new(
+            LockServer::new(lock::LockService::new(ctx.clone())).max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
+        election: LearnerGuard::new(
+            ElectionServer::new(election::ElectionService::new(ctx.clone()))
+                .max_decoding_message_size(max_msg)
+                .max_encoding_message_size(usize::MAX),
+            node.clone(),
+        ),
     }
 }
 
@@ -220,6 +233,8 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         .add_service(services.lease.clone())
         .add_service(services.cluster.clone())
         .add_service(services.maintenance.clone())
+        .add_service(services.lock.clone())
+        .add_service(services.election.clone())
         .into_axum_router()
         .layer(tower::layer::layer_fn(move |s| {
             oversize::EtcdSizeError::new(s, max_msg)
