@@ -3,10 +3,13 @@
 mod check_disk;
 mod check_perf;
 mod compaction;
+mod elect;
 mod endpoint;
 mod kv;
 mod lease;
+mod lock;
 mod member;
+mod session;
 mod txn;
 mod watch;
 
@@ -89,6 +92,8 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             LeaseCommand::KeepAlive(a) => lease::keep_alive(&ctx, a).await,
         },
         Command::MoveLeader(a) => member::move_leader(&ctx, a).await,
+        Command::Lock(a) => lock::lock(&ctx, a).await,
+        Command::Elect(a) => elect::elect(&ctx, a).await,
         Command::Check(c) => match c.command {
             CheckCommand::Perf(a) => check_perf::perf(&ctx, a).await,
             CheckCommand::Disk(a) => check_disk::disk(&ctx, a).await,
