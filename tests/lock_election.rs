@@ -218,6 +218,33 @@ async fn a_lock_passes_on_when_its_lease_is_revoked_and_errors_are_etcds() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(keys_under(&c, "zero/").await, vec![format!("zero/{id:x}")]);
+
+    // A waiter whose own lease ends while it waits is told so once its turn comes (etcd 3.5's
+    // Mutex), instead of being answered a lock nobody holds.
+    let l4 = grant(&c, 0, 30).await;
+    let mut w = locks(&c, 0).await;
+    let expired = tokio::spawn(async move {
+        w.lock(LockRequest {
+            name: b"zero".to_vec(),
+            lease: l4,
+        })
+        .await
+    });
+    let expired = still_waiting(expired, Duration::from_millis(500)).await;
+    let mut leases = LeaseClient::new(common::channel(&c.members[0].client_url()).await);
+    leases
+        .lease_revoke(LeaseRevokeRequest { id: l4 })
+        .await
+        .unwrap();
+    leases
+        .lease_revoke(LeaseRevokeRequest { id })
+        .await
+        .unwrap();
+    let e = within(Duration::from_secs(5), expired).await.unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::Unknown, "mutex: session is expired")
+    );
 }
 
 async fn next(o: &mut tonic::Streaming<LeaderResponse>) -> LeaderResponse {
@@ -549,4 +576,57 @@ async fn downgrade_and_move_leader_answer_as_etcd_3_5() {
         .unwrap()
         .into_inner();
     assert_eq!(r.header, None);
+}
+
+/// `kvctl lock`: the holder prints its key and holds until SIGINT; a command run under the
+/// lock waits for it and sees the key in `ETCD_LOCK_KEY`.
+#[tokio::test(flavor = "multi_thread")]
+async fn kvctl_lock_holds_until_interrupted_and_runs_commands_under_it() {
+    use std::process::{Command, Stdio};
+    let c = Cluster::start(1).await;
+    let ep = c.members[0].client_url();
+    let kvctl = env!("CARGO_BIN_EXE_kvctl");
+    let mut holder = tokio::process::Command::new(kvctl)
+        .args(["--endpoints", &ep, "lock", "cli"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = holder.stdout.take().unwrap();
+    let mut first = vec![0u8; 4];
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_exact(&mut out, &mut first),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(&first, b"cli/");
+
+    let ep2 = ep.clone();
+    let runner = tokio::task::spawn_blocking(move || {
+        Command::new(kvctl)
+            .args(["--endpoints", &ep2, "lock", "cli", "--"])
+            .args(["sh", "-c", "echo \"$ETCD_LOCK_KEY\"; exit 3"])
+            .output()
+            .unwrap()
+    });
+    let runner = still_waiting(runner, Duration::from_millis(800)).await;
+    unsafe {
+        libc::kill(holder.id().unwrap() as i32, libc::SIGINT);
+    }
+    let st = tokio::time::timeout(Duration::from_secs(10), holder.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(st.success(), "{st:?}");
+    let ran = within(Duration::from_secs(10), runner).await;
+    let stdout = String::from_utf8(ran.stdout).unwrap();
+    assert!(stdout.starts_with("cli/"), "{stdout}");
+    assert_eq!(
+        String::from_utf8(ran.stderr).unwrap(),
+        "Error: exit status 3\n"
+    );
+    assert_eq!(ran.status.code(), Some(1));
+    // Unlocked after the command: no key is left under the lock's name.
+    assert!(keys_under(&c, "cli/").await.is_empty());
 }
