@@ -23,7 +23,6 @@ use std::pin::Pin;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
-use super::context::ServerCtx;
 use super::local_client::{
     by_create, create_revision_is, delete_op, get_op, prefix_end, put_op, session_key,
     CleanupOnDrop, LocalClient, RecipeError, SESSION_TTL,
@@ -66,10 +65,8 @@ fn resign_txn(key: &[u8], rev: i64) -> TxnRequest {
 }
 
 impl ElectionService {
-    pub fn new(ctx: ServerCtx) -> Self {
-        ElectionService {
-            client: LocalClient::new(ctx),
-        }
+    pub fn new(client: LocalClient) -> Self {
+        ElectionService { client }
     }
 
     /// The lease a session on `lease` uses: a fresh 60 s one for 0.
@@ -264,6 +261,7 @@ impl Election for ElectionService {
         &self,
         req: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
+        self.client.require_leader(req.metadata())?;
         Ok(Response::new(self.campaign(req.into_inner()).await?))
     }
 
@@ -271,6 +269,7 @@ impl Election for ElectionService {
         &self,
         req: Request<ProclaimRequest>,
     ) -> Result<Response<ProclaimResponse>, Status> {
+        self.client.require_leader(req.metadata())?;
         let r = req.into_inner();
         let leader = r.leader.ok_or(RecipeError::MissingLeaderKey)?;
         let lease = self.session_lease(leader.lease).await?;
@@ -286,6 +285,7 @@ impl Election for ElectionService {
         &self,
         req: Request<LeaderRequest>,
     ) -> Result<Response<LeaderResponse>, Status> {
+        self.client.require_leader(req.metadata())?;
         Ok(Response::new(self.leader(&req.into_inner().name).await?))
     }
 
@@ -295,6 +295,7 @@ impl Election for ElectionService {
         &self,
         req: Request<LeaderRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
+        self.client.require_leader(req.metadata())?;
         let observer = Observer {
             client: self.client.clone(),
             prefix: election_prefix(&req.into_inner().name),
@@ -313,6 +314,7 @@ impl Election for ElectionService {
         &self,
         req: Request<ResignRequest>,
     ) -> Result<Response<ResignResponse>, Status> {
+        self.client.require_leader(req.metadata())?;
         let leader = req
             .into_inner()
             .leader

@@ -9,18 +9,23 @@
 //!
 //! Invariants:
 //! - Nothing is proposed that the KV service would refuse (`mvcc::check_*` first).
-//! - Waiting for events never polls: it sleeps on the state machine's revision receiver and
-//!   reads only the revisions applied since the last look (`events_since` with a cursor), so a
-//!   waiter costs nothing while nothing is written and one history read per applied batch.
+//! - Waiting for events never polls: waiters follow a watch hub of their own (one for the
+//!   member's recipes, see [`super::watch_hub`], running only while someone waits), which
+//!   reads each applied batch's events from the store once; a waiter costs nothing while
+//!   nothing is written and, per write, a filter over that write's events. Only a waiter
+//!   behind the hub reads the store, from its cursor.
 //! - Every future here is cancel-safe: dropping it (a client that went away) stops the wait
 //!   and leaves nothing behind; the recipes decide what to clean up ([`CleanupOnDrop`]).
 
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::sync::broadcast;
 use tonic::Status;
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use super::watch_hub::Hub;
 use crate::mvcc::{self, MvccError};
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{
@@ -160,15 +165,51 @@ pub fn by_create(prefix: &[u8], first: bool, max_create_rev: i64) -> RangeReques
     }
 }
 
-/// The in-process client of one member.
+/// Whether `k` is in etcd's range `key`/`range_end` (an empty end: `key` alone; `\0`: every
+/// key from `key` on).
+fn in_range(key: &[u8], range_end: &[u8], k: &[u8]) -> bool {
+    match range_end {
+        [] => k == key,
+        [0] => k >= key,
+        end => k >= key && k < end,
+    }
+}
+
+/// The in-process client of one member, shared by the Lock and Election services.
 #[derive(Clone)]
 pub struct LocalClient {
     pub ctx: ServerCtx,
+    /// The recipes' own watch hub, which reads each applied batch's events once for all
+    /// waiters. It runs only while someone waits (a hub reads every write, so one kept for
+    /// nobody would cost every write a store read): started by the first waiter, it stops
+    /// once the last one has let go of it.
+    hub: Arc<Mutex<Weak<Hub>>>,
 }
 
 impl LocalClient {
     pub fn new(ctx: ServerCtx) -> Self {
-        LocalClient { ctx }
+        LocalClient {
+            ctx,
+            hub: Arc::new(Mutex::new(Weak::new())),
+        }
+    }
+
+    /// The running hub, or a new one.
+    fn hub(&self) -> Arc<Hub> {
+        let mut h = self.hub.lock().expect("recipe hub lock");
+        if let Some(hub) = h.upgrade() {
+            return hub;
+        }
+        let hub = Hub::start(&self.ctx);
+        *h = Arc::downgrade(&hub);
+        hub
+    }
+
+    /// etcd's require-leader mode (`hasleader=true` metadata), checked as etcd's interceptor
+    /// checks it for every service: before the call, with the KV service's status (not a
+    /// recipe error).
+    pub fn require_leader(&self, md: &tonic::metadata::MetadataMap) -> Result<(), Status> {
+        Ok(self.ctx.check_leader(md)?)
     }
 
     fn header(&self, h: Option<ResponseHeader>) -> Option<ResponseHeader> {
@@ -253,7 +294,9 @@ impl LocalClient {
 
     /// The events on `key` (`range_end` as in etcd) at revisions from `*from`, waiting until
     /// there is at least one; `*from` moves past what was read. Reads this member's applied
-    /// history, as a watch on this member would.
+    /// history, as a watch on this member would: revisions before the hub's frontier from the
+    /// store, the rest from the hub's batches (so a write costs a waiter a filter over that
+    /// write's events, not a store read).
     pub async fn next_events(
         &self,
         key: &[u8],
@@ -261,20 +304,52 @@ impl LocalClient {
         from: &mut i64,
     ) -> Result<Vec<Event>, ApiError> {
         let sm = &self.ctx.node.sm;
-        let mut rx = sm.revision();
+        let rev = |e: &Event| e.kv.as_ref().map_or(0, |kv| kv.mod_revision);
+        let wanted = |e: &Event| {
+            e.kv.as_ref()
+                .is_some_and(|kv| in_range(key, range_end, &kv.key))
+        };
+        let hub = self.hub();
         loop {
-            // Mark the revision seen before reading, so a batch applied during the read
-            // wakes the wait below.
-            let cur = *rx.borrow_and_update();
-            if cur >= *from {
-                let ev = sm.events_since(*from, key, range_end, false, 0).await?;
-                *from = (*from).max(ev.next_revision);
-                if !ev.events.is_empty() {
-                    return Ok(ev.events);
+            let Some((frontier, mut rx)) = hub.subscribe() else {
+                return Err(ApiError::Stopped);
+            };
+            if *from < frontier {
+                let read = sm.events_since(*from, key, range_end, false, 0).await?;
+                let events: Vec<Event> = read
+                    .events
+                    .into_iter()
+                    .filter(|e| rev(e) < frontier)
+                    .collect();
+                *from = frontier;
+                if !events.is_empty() {
+                    return Ok(events);
                 }
             }
-            if rx.changed().await.is_err() {
-                return Err(ApiError::Stopped);
+            loop {
+                let batch = match rx.recv().await {
+                    Ok(b) => b,
+                    // Fell behind the hub's buffer: catch up from the store.
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => return Err(ApiError::Stopped),
+                };
+                if batch.to <= *from {
+                    continue;
+                }
+                if batch.lost {
+                    // Compacted before the hub read it: the store says so.
+                    sm.events_since(*from, key, range_end, false, 1).await?;
+                }
+                let events: Vec<Event> = batch
+                    .events
+                    .iter()
+                    .filter(|e| rev(e) >= *from && wanted(e))
+                    .cloned()
+                    .collect();
+                *from = batch.to;
+                if !events.is_empty() {
+                    return Ok(events);
+                }
             }
         }
     }
@@ -355,6 +430,15 @@ impl Drop for CleanupOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_follow_etcds_convention() {
+        assert!(in_range(b"a", b"", b"a"));
+        assert!(!in_range(b"a", b"", b"ab"));
+        assert!(in_range(b"a/", b"a0", b"a/x"));
+        assert!(!in_range(b"a/", b"a0", b"a0"));
+        assert!(in_range(b"a", b"\0", b"zz"));
+    }
 
     #[test]
     fn prefix_end_increments_the_last_byte_below_0xff() {

@@ -20,7 +20,6 @@
 
 use tonic::{Request, Response, Status};
 
-use super::context::ServerCtx;
 use super::local_client::{
     by_create, create_revision_is, delete_op, get_op, put_op, session_key, CleanupOnDrop,
     LocalClient, RecipeError, SESSION_TTL,
@@ -34,10 +33,8 @@ pub struct LockService {
 }
 
 impl LockService {
-    pub fn new(ctx: ServerCtx) -> Self {
-        LockService {
-            client: LocalClient::new(ctx),
-        }
+    pub fn new(client: LocalClient) -> Self {
+        LockService { client }
     }
 
     async fn lock(&self, r: LockRequest) -> Result<LockResponse, RecipeError> {
@@ -114,6 +111,7 @@ impl LockService {
 #[tonic::async_trait]
 impl Lock for LockService {
     async fn lock(&self, req: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
+        self.client.require_leader(req.metadata())?;
         Ok(Response::new(self.lock(req.into_inner()).await?))
     }
 
@@ -121,6 +119,7 @@ impl Lock for LockService {
         &self,
         req: Request<UnlockRequest>,
     ) -> Result<Response<UnlockResponse>, Status> {
+        self.client.require_leader(req.metadata())?;
         let d = self
             .client
             .delete(&req.into_inner().key)

@@ -20,8 +20,8 @@ use super::context::ServerCtx;
 use super::learner::LearnerGuard;
 use super::start::{Listeners, MemberDir};
 use super::{
-    cluster, election, gateway, kv, leader_duties, lease, lock, maintenance, membership, observe,
-    oversize, watches,
+    cluster, election, gateway, kv, leader_duties, lease, local_client, lock, maintenance,
+    membership, observe, oversize, watches,
 };
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
@@ -176,6 +176,7 @@ fn client_services(
     max_msg: usize,
 ) -> gateway::Services {
     let node = &ctx.node;
+    let recipes = local_client::LocalClient::new(ctx.clone());
     gateway::Services {
         max_msg,
         kv: LearnerGuard::new(
@@ -212,11 +213,12 @@ fn client_services(
             node.clone(),
         ),
         lock: LearnerGuard::new(
-            LockServer::new(lock::LockService::new(ctx.clone())).max_decoding_message_size(max_msg),
+            LockServer::new(lock::LockService::new(recipes.clone()))
+                .max_decoding_message_size(max_msg),
             node.clone(),
         ),
         election: LearnerGuard::new(
-            ElectionServer::new(election::ElectionService::new(ctx.clone()))
+            ElectionServer::new(election::ElectionService::new(recipes))
                 .max_decoding_message_size(max_msg)
                 .max_encoding_message_size(usize::MAX),
             node.clone(),
