@@ -9,6 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/mvccpb/kv.proto",
         "proto/authpb/auth.proto",
         "proto/kvdpb/peer.proto",
+        "proto/v3lockpb/v3lock.proto",
+        "proto/v3electionpb/v3election.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");
@@ -27,6 +29,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .register_descriptors(&descriptors)?
         .preserve_proto_field_names()
         .ignore_unknown_fields()
-        .build(&[".etcdserverpb", ".mvccpb", ".authpb"])?;
+        .build(&[
+            ".etcdserverpb",
+            ".mvccpb",
+            ".authpb",
+            ".v3lockpb",
+            ".v3electionpb",
+        ])?;
     Ok(())
 }

@@ -156,10 +156,33 @@ pub enum Command {
     MoveLeader(MoveLeaderArgs),
     /// Manages etcd node snapshots
     Snapshot(SnapshotArgs),
+    /// Acquires a named lock
+    Lock(LockArgs),
+    /// Observes and participates in leader election
+    Elect(ElectArgs),
     /// commands for checking properties of the etcd cluster
     Check(CheckArgs),
     /// Prints the version of etcdctl
     Version,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LockArgs {
+    /// <lockname> [exec-command arg1 arg2 ...]
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub args: Vec<OsString>,
+    /// timeout for session
+    #[arg(long, default_value = "10", value_parser = parse_go_int)]
+    pub ttl: i64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ElectArgs {
+    /// <election-name> [proposal]
+    pub args: Vec<String>,
+    /// observation mode
+    #[arg(short = 'l', long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub listen: bool,
 }
 
 #[derive(Args, Debug, Clone, Default)]

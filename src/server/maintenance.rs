@@ -120,15 +120,15 @@ impl Maintenance for MaintenanceService {
             .reconfig
             .move_leader(r.into_inner().target_id)
             .await?;
-        Ok(Response::new(MoveLeaderResponse {
-            header: self.ctx.header(self.ctx.current_revision()),
-        }))
+        // etcd answers MoveLeader without a header, also when the target already leads.
+        Ok(Response::new(MoveLeaderResponse { header: None }))
     }
 
     async fn downgrade(
         &self,
-        _r: Request<DowngradeRequest>,
+        r: Request<DowngradeRequest>,
     ) -> Result<Response<DowngradeResponse>, Status> {
-        Err(not_yet("Downgrade"))
+        let resp = super::downgrade::downgrade(&self.ctx, r.get_ref()).await?;
+        Ok(Response::new(resp))
     }
 }

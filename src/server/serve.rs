@@ -20,7 +20,8 @@ use super::context::ServerCtx;
 use super::learner::LearnerGuard;
 use super::start::{Listeners, MemberDir};
 use super::{
-    cluster, gateway, kv, leader_duties, lease, maintenance, membership, observe, oversize, watches,
+    cluster, election, gateway, kv, leader_duties, lease, local_client, lock, maintenance,
+    membership, observe, oversize, watches,
 };
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
@@ -29,6 +30,8 @@ use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::etcdserverpb::watch_server::WatchServer;
 use crate::proto::kvdpb::peer_server::PeerServer;
 use crate::proto::kvdpb::{internal_request, InternalRequest, MemberAttributes};
+use crate::proto::v3electionpb::election_server::ElectionServer;
+use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::raft::links::Links;
 use crate::raft::network::MAX_PEER_MESSAGE;
 use crate::raft::peer_service::{LeaderDuties, PeerService};
@@ -173,6 +176,7 @@ fn client_services(
     max_msg: usize,
 ) -> gateway::Services {
     let node = &ctx.node;
+    let recipes = local_client::LocalClient::new(ctx.clone());
     gateway::Services {
         max_msg,
         kv: LearnerGuard::new(
@@ -209,6 +213,17 @@ fn client_services(
             .max_decoding_message_size(max_msg),
             node.clone(),
         ),
+        lock: LearnerGuard::new(
+            LockServer::new(lock::LockService::new(recipes.clone()))
+                .max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
+        election: LearnerGuard::new(
+            ElectionServer::new(election::ElectionService::new(recipes))
+                .max_decoding_message_size(max_msg)
+                .max_encoding_message_size(usize::MAX),
+            node.clone(),
+        ),
     }
 }
 
@@ -221,6 +236,8 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         .add_service(services.lease.clone())
         .add_service(services.cluster.clone())
         .add_service(services.maintenance.clone())
+        .add_service(services.lock.clone())
+        .add_service(services.election.clone())
         .into_axum_router()
         .layer(tower::layer::layer_fn(move |s| {
             oversize::EtcdSizeError::new(s, max_msg)

@@ -3,10 +3,13 @@
 mod check_disk;
 mod check_perf;
 mod compaction;
+mod elect;
 mod endpoint;
 mod kv;
 mod lease;
+mod lock;
 mod member;
+mod session;
 mod snapshot;
 mod txn;
 mod watch;
@@ -96,6 +99,8 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             SnapshotCommand::Restore(a) => snapshot::restore(&ctx, a),
             SnapshotCommand::Status(a) => snapshot::status(&ctx, a),
         },
+        Command::Lock(a) => lock::lock(&ctx, a).await,
+        Command::Elect(a) => elect::elect(&ctx, a).await,
         Command::Check(c) => match c.command {
             CheckCommand::Perf(a) => check_perf::perf(&ctx, a).await,
             CheckCommand::Disk(a) => check_disk::disk(&ctx, a).await,

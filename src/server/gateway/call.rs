@@ -5,7 +5,7 @@
 //! limits, handlers and statuses), so a JSON request and a gRPC request cannot behave
 //! differently.
 //!
-//! Stream calls follow grpc-gateway v1: the first request message is decoded before the call
+//! Bidirectional stream calls follow grpc-gateway v1: the first request message is decoded before the call
 //! starts (a body that does not decode fails the request as a whole); later messages are
 //! forwarded as they arrive and the end of the body half-closes the request stream. The
 //! response is streamed as `{"result": ...}` chunks; a call that fails before its first
@@ -112,6 +112,43 @@ where
         let (mut out, guard) = state?;
         match out.message().await {
             Ok(Some(m)) => Some((json::result_chunk(&m), Some((out, guard)))),
+            Ok(None) => None,
+            Err(s) => Some((json::error_chunk(&s), None)),
+        }
+    });
+    json::stream_response(futures::stream::once(async move { first }).chain(rest))
+}
+
+/// A server-streaming call (Election.Observe): the body is one request, as for a unary call;
+/// the responses stream as a bidirectional call's do.
+pub async fn server_stream<Req, Resp, F, Fut>(
+    headers: &HeaderMap,
+    body: &Bytes,
+    call: F,
+) -> Response
+where
+    Req: DeserializeOwned + Default,
+    Resp: Serialize + Send + 'static,
+    F: FnOnce(tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Streaming<Resp>>, Status>>,
+{
+    let msg = match json::decode_unary::<Req>(body) {
+        Ok(m) => m,
+        Err(s) => return json::unary_error(&s),
+    };
+    let mut out = match call(request_with_metadata(headers, msg)).await {
+        Ok(r) => r.into_inner(),
+        Err(s) => return json::stream_failed(&s),
+    };
+    let first = match out.message().await {
+        Ok(Some(m)) => json::result_chunk(&m),
+        Ok(None) => return json::stream_response(futures::stream::empty()),
+        Err(s) => return json::stream_failed(&s),
+    };
+    let rest = futures::stream::unfold(Some(out), |state| async move {
+        let mut out = state?;
+        match out.message().await {
+            Ok(Some(m)) => Some((json::result_chunk(&m), Some(out))),
             Ok(None) => None,
             Err(s) => Some((json::error_chunk(&s), None)),
         }

@@ -2,7 +2,8 @@
 //! on the client port beside gRPC.
 //!
 //! `POST /v3/<service>/<call>` with a JSON request body answers the call's response as JSON;
-//! `/v3/watch` and `/v3/lease/keepalive` stream `{"result": ...}` chunks. `/v3beta/...` is an
+//! `/v3/watch`, `/v3/lease/keepalive` and `/v3/election/observe` stream `{"result": ...}`
+//! chunks. `/v3beta/...` is an
 //! alias, as in etcd 3.4. `GET /version` and `GET /health` answer as etcd's, and all of them
 //! carry etcd's permissive CORS headers.
 //!
@@ -26,9 +27,11 @@ use axum::Router;
 use futures::StreamExt;
 
 use super::cluster::ClusterService;
+use super::election::ElectionService;
 use super::kv::KvService;
 use super::learner::LearnerGuard;
 use super::lease::LeaseService;
+use super::lock::LockService;
 use super::maintenance::{MaintenanceService, ETCD_VERSION};
 use super::oversize::EtcdSizeError;
 use super::watches::WatchService;
@@ -42,6 +45,10 @@ use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::etcdserverpb::watch_client::WatchClient;
 use crate::proto::etcdserverpb::watch_server::WatchServer;
+use crate::proto::v3electionpb::election_client::ElectionClient;
+use crate::proto::v3electionpb::election_server::ElectionServer;
+use crate::proto::v3lockpb::lock_client::LockClient;
+use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::raft::RaftNode;
 
 /// The member's client-facing gRPC servers, which the gRPC routes and the gateway share.
@@ -52,6 +59,8 @@ pub struct Services {
     pub lease: LearnerGuard<LeaseServer<LeaseService>>,
     pub cluster: LearnerGuard<ClusterServer<ClusterService>>,
     pub maintenance: LearnerGuard<MaintenanceServer<MaintenanceService>>,
+    pub lock: LearnerGuard<LockServer<LockService>>,
+    pub election: LearnerGuard<ElectionServer<ElectionService>>,
     /// The servers' message limit, for etcd's status when a request is above it.
     pub max_msg: usize,
 }
@@ -82,6 +91,12 @@ impl Services {
     }
     fn maintenance(&self) -> MaintenanceClient<InProcess<MaintenanceServer<MaintenanceService>>> {
         MaintenanceClient::new(self.sized(&self.maintenance)).max_decoding_message_size(usize::MAX)
+    }
+    fn lock(&self) -> LockClient<InProcess<LockServer<LockService>>> {
+        LockClient::new(self.sized(&self.lock)).max_decoding_message_size(usize::MAX)
+    }
+    fn election(&self) -> ElectionClient<InProcess<ElectionServer<ElectionService>>> {
+        ElectionClient::new(self.sized(&self.election)).max_decoding_message_size(usize::MAX)
     }
 }
 
@@ -117,6 +132,22 @@ macro_rules! bidi {
                 call::bidi(
                     &h,
                     b,
+                    |r| async move { g.services.$client().$method(r).await },
+                )
+                .await
+            },
+        )
+    };
+}
+
+/// A server-streaming call `$client.$method` at `POST` (one request, a stream of responses).
+macro_rules! server_stream {
+    ($client:ident, $method:ident) => {
+        post(
+            |State(g): State<Arc<Gateway>>, h: HeaderMap, b: Bytes| async move {
+                call::server_stream(
+                    &h,
+                    &b,
                     |r| async move { g.services.$client().$method(r).await },
                 )
                 .await
@@ -173,6 +204,14 @@ fn calls() -> Vec<(&'static str, Route)> {
             "/maintenance/transfer-leadership",
             unary!(maintenance, move_leader),
         ),
+        // v3lock.proto's and v3election.proto's bindings.
+        ("/lock/lock", unary!(lock, lock)),
+        ("/lock/unlock", unary!(lock, unlock)),
+        ("/election/campaign", unary!(election, campaign)),
+        ("/election/proclaim", unary!(election, proclaim)),
+        ("/election/leader", unary!(election, leader)),
+        ("/election/observe", server_stream!(election, observe)),
+        ("/election/resign", unary!(election, resign)),
     ]
 }
 
