@@ -50,8 +50,8 @@
 //! # Modules
 //! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
 //! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `garbage`; `pending`; `view`;
-//! `apply`; this module with `load` (more `impl MvccStore`); `failpoint` beside `engine`. A
-//! module uses only modules before it.
+//! `apply`; this module with `load` and `hash` (more `impl MvccStore`: snapshot loads, etcd's
+//! HashKV and kvd's Hash); `failpoint` beside `engine`. A module uses only modules before it.
 
 mod apply;
 mod check;
@@ -61,6 +61,7 @@ pub mod etcd_format;
 pub(crate) mod failpoint;
 mod garbage;
 mod gosort;
+mod hash;
 mod index;
 mod key_range;
 mod load;
@@ -85,6 +86,7 @@ use std::time::{Duration, Instant};
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
 pub use engine::{Engine, SledEngine, StoreEngine};
 pub use error::MvccError;
+pub use hash::{Crc32c, KvHash};
 pub use index::Revision;
 pub use load::check_entries;
 pub use request::{WriteRequest, WriteResponse};
@@ -458,6 +460,26 @@ impl MvccStore {
             return Ok(v);
         }
         Ok(self.inner.engine.get(Tree::Meta, key)?.map(|v| v.to_vec()))
+    }
+
+    /// Every entry of [`META_TREE`] whose key starts with `prefix`, in key order. Persists the
+    /// pending buffer first (so it reads the engine alone): for start-up and snapshot loads,
+    /// not for the apply path.
+    pub fn meta_scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, MvccError> {
+        self.inner.persist_pending()?;
+        let mut out = Vec::new();
+        for item in self
+            .inner
+            .engine
+            .range(Tree::Meta, Included(prefix), Unbounded)
+        {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
     }
 
     /// The value of `key` visible at `rev` (0 = current), if any.
