@@ -52,6 +52,19 @@ pub fn type_name(kind: i32) -> String {
     }
 }
 
+/// An alarm as etcd prints it (gogo-protobuf's compact text of `AlarmMember`, which
+/// `etcdctl alarm list` and Status's `errors` show): zero fields left out, a space after each.
+pub fn alarm_text(a: &AlarmMember) -> String {
+    let mut s = String::new();
+    if a.member_id != 0 {
+        s.push_str(&format!("memberID:{} ", a.member_id));
+    }
+    if a.alarm != 0 {
+        s.push_str(&format!("alarm:{} ", type_name(a.alarm)));
+    }
+    s
+}
+
 /// The active alarms as (type, member id).
 #[derive(Default)]
 pub struct AlarmSet {
@@ -71,11 +84,11 @@ impl AlarmSet {
         *self.set.write().unwrap_or_else(|e| e.into_inner()) = set;
     }
 
-    /// Every active alarm of `kind` (`NONE`: all), ordered by type then member id.
-    pub fn get(&self, kind: AlarmType) -> Vec<AlarmMember> {
+    /// Every active alarm of type `kind` (0, `NONE`: all), ordered by type then member id.
+    pub fn get(&self, kind: i32) -> Vec<AlarmMember> {
         let set = self.set.read().unwrap_or_else(|e| e.into_inner());
         set.iter()
-            .filter(|(t, _)| kind == AlarmType::None || *t == kind as i32)
+            .filter(|(t, _)| kind == AlarmType::None as i32 || *t == kind)
             .map(|&(alarm, member_id)| AlarmMember { member_id, alarm })
             .collect()
     }
@@ -187,6 +200,17 @@ mod tests {
     }
 
     #[test]
+    fn alarms_print_as_etcd() {
+        let a = |member_id, alarm| alarm_text(&AlarmMember { member_id, alarm });
+        assert_eq!(
+            a(7383792418829112008, 1),
+            "memberID:7383792418829112008 alarm:NOSPACE "
+        );
+        assert_eq!(a(5, 7), "memberID:5 alarm:7 ");
+        assert_eq!(a(0, 2), "alarm:CORRUPT ");
+    }
+
+    #[test]
     fn meta_keys_round_trip() {
         for (t, m) in [(1, 0), (2, u64::MAX), (7, 0x667880157b8812c8)] {
             assert_eq!(parse_meta_key(&meta_key(t, m)), Some((t, m)));
@@ -204,8 +228,8 @@ mod tests {
         let (r, w) = s.apply(&alarm(AlarmAction::Activate, AlarmType::Nospace, 5));
         assert_eq!((r.alarms.len(), w), (1, None));
         s.apply(&alarm(AlarmAction::Activate, AlarmType::Corrupt, 3));
-        assert_eq!(s.get(AlarmType::None).len(), 2);
-        assert_eq!(s.get(AlarmType::Corrupt)[0].member_id, 3);
+        assert_eq!(s.get(0).len(), 2);
+        assert_eq!(s.get(AlarmType::Corrupt as i32)[0].member_id, 3);
         // Deactivating what is not active answers no alarms.
         let (r, w) = s.apply(&alarm(AlarmAction::Deactivate, AlarmType::Nospace, 6));
         assert_eq!((r.alarms.len(), w), (0, None));

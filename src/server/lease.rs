@@ -167,6 +167,9 @@ impl Lease for LeaseService {
         &self,
         req: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        // Before anything else, as etcd's quota layer wraps the lease server.
+        let cost = super::quota::LEASE_OVERHEAD;
+        self.ctx.quota.check(&self.ctx.node, cost).await?;
         self.ctx.check_leader(req.metadata())?;
         let mut r = req.into_inner();
         if r.ttl > MAX_LEASE_TTL {
