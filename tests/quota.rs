@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use common::Cluster;
 use kvd::proto::etcdserverpb::alarm_request::AlarmAction;
+use kvd::proto::etcdserverpb::lease_client::LeaseClient;
 use kvd::proto::etcdserverpb::request_op::Request as Op;
 use kvd::proto::etcdserverpb::{
     AlarmRequest, AlarmType, CompactionRequest, DeleteRangeRequest, LeaseGrantRequest, PutRequest,
     RangeRequest, RequestOp, TxnRequest,
 };
-use kvd::proto::etcdserverpb::lease_client::LeaseClient;
 use tonic::Code;
 
 const NO_SPACE: &str = "etcdserver: mvcc: database space exceeded";
@@ -102,14 +102,20 @@ async fn single_member_fills_its_quota_and_recovers_by_disarm() {
     // Writes that add data are refused; reads, deletes, compaction and read-only txns work.
     let mut kv = c.kv(0).await;
     let small = kv.put(put_req("small", 1)).await.unwrap_err();
-    assert_eq!((small.code(), small.message()), (Code::ResourceExhausted, NO_SPACE));
+    assert_eq!(
+        (small.code(), small.message()),
+        (Code::ResourceExhausted, NO_SPACE)
+    );
     let txn_put = TxnRequest {
         success: vec![RequestOp {
             request: Some(Op::RequestPut(put_req("t", 1))),
         }],
         ..Default::default()
     };
-    assert_eq!(kv.txn(txn_put).await.unwrap_err().code(), Code::ResourceExhausted);
+    assert_eq!(
+        kv.txn(txn_put).await.unwrap_err().code(),
+        Code::ResourceExhausted
+    );
     let txn_read = TxnRequest {
         success: vec![RequestOp {
             request: Some(Op::RequestRange(RangeRequest {
@@ -169,7 +175,10 @@ async fn single_member_fills_its_quota_and_recovers_by_disarm() {
     if have_etcdctl() {
         assert_eq!(ctl("etcdctl", &ep, &["alarm", "list"]).1, line);
         let (ok, _, err) = ctl("etcdctl", &ep, &["put", "k", "v"]);
-        assert!(!ok && err.ends_with(&format!("Error: {NO_SPACE}\n")), "{err}");
+        assert!(
+            !ok && err.ends_with(&format!("Error: {NO_SPACE}\n")),
+            "{err}"
+        );
     }
     let (ok, out, _) = ctl(kvctl, &ep, &["alarm", "disarm"]);
     assert!(ok);
@@ -192,7 +201,11 @@ async fn three_members_refuse_writes_while_nospace_is_active() {
         assert_eq!(alarms(&c, i).await, vec![(id0, AlarmType::Nospace as i32)]);
         let mut kv = c.kv(i).await;
         let e = kv.put(put_req("x", 1)).await.unwrap_err();
-        assert_eq!((e.code(), e.message()), (Code::ResourceExhausted, NO_SPACE), "member {i}");
+        assert_eq!(
+            (e.code(), e.message()),
+            (Code::ResourceExhausted, NO_SPACE),
+            "member {i}"
+        );
         kv.delete_range(DeleteRangeRequest {
             key: b"fill/0000".to_vec(),
             ..Default::default()
@@ -245,7 +258,10 @@ async fn alarms_refuse_writes_on_every_member_until_cleared() {
     .unwrap();
     assert_eq!(
         c.status(1).await.errors,
-        vec!["memberID:42 alarm:NOSPACE ".to_string(), "alarm:CORRUPT ".to_string()]
+        vec![
+            "memberID:42 alarm:NOSPACE ".to_string(),
+            "alarm:CORRUPT ".to_string()
+        ]
     );
     // etcd 3.4 answers an unknown action by crashing; kvd refuses it before proposing.
     let e = c

@@ -256,7 +256,9 @@ fn live_at(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{compact, del, put, temp_store};
     use super::Crc32c;
+    use crate::mvcc::MvccError;
 
     #[test]
     fn crc32c_check_value() {
@@ -268,5 +270,46 @@ mod tests {
         h.update(b"1234");
         h.update(b"56789");
         assert_eq!(h.sum(), 0xE306_9283);
+    }
+
+    /// The values etcd 3.4.23 answered for the same writes (tests/etcdctl_diff/hashkv_diff.sh
+    /// runs the same history against a live etcd).
+    #[test]
+    fn hash_kv_equals_etcds_on_the_same_history() {
+        let (_d, _db, s) = temp_store();
+        assert_eq!(s.hash_kv(0).unwrap().hash, 1084519789); // an empty etcd's
+        put(&s, "x", "y");
+        assert_eq!(s.hash_kv(0).unwrap().hash, 1369599507);
+        assert_eq!(s.hash_kv(1).unwrap().hash, 1084519789);
+        assert_eq!(s.hash_kv(3), Err(MvccError::FutureRev));
+        compact(&s, 2).unwrap();
+        assert_eq!(s.hash_kv(2), Err(MvccError::Compacted));
+        let h = s.hash_kv(0).unwrap();
+        assert_eq!((h.revision, h.current, h.compacted), (2, 2, 2));
+    }
+
+    /// Records the background compaction has not deleted yet do not change any hash.
+    #[test]
+    fn hashes_do_not_depend_on_background_compaction() {
+        let (_d, _db, s) = temp_store();
+        for i in 0..20 {
+            put(&s, &format!("k{}", i % 4), &format!("v{i}"));
+        }
+        del(&s, "k1", "");
+        put(&s, "k9", "x");
+        compact(&s, 15).unwrap();
+        del(&s, "k2", "");
+        let before = (
+            s.hash_kv(0).unwrap(),
+            s.hash_kv(18).unwrap(),
+            s.hash_all().unwrap(),
+        );
+        s.settle();
+        let after = (
+            s.hash_kv(0).unwrap(),
+            s.hash_kv(18).unwrap(),
+            s.hash_all().unwrap(),
+        );
+        assert_eq!(before, after);
     }
 }

@@ -9,7 +9,9 @@ use crate::error::CliError;
 
 pub async fn list(ctx: &Ctx, a: AlarmNoArgs) -> Result<i32, CliError> {
     if !a.args.is_empty() {
-        return Err(CliError::bad_args("alarm list command accepts no arguments"));
+        return Err(CliError::bad_args(
+            "alarm list command accepts no arguments",
+        ));
     }
     let deadline = ctx.deadline();
     let resp = with_deadline(deadline, async {
