@@ -114,6 +114,9 @@ pub const RESERVED_META_PREFIX: &[u8] = b"mvcc/";
 const META_CURRENT: &[u8] = b"mvcc/current_revision";
 const META_COMPACTED: &[u8] = b"mvcc/compacted_revision";
 
+/// A meta tree entry: key and value.
+pub type MetaEntry = (Vec<u8>, Vec<u8>);
+
 /// Compacted revision of a store that was never compacted (etcd's `compactMainRev`).
 pub const NEVER_COMPACTED: i64 = -1;
 
@@ -465,7 +468,7 @@ impl MvccStore {
     /// Every entry of [`META_TREE`] whose key starts with `prefix`, in key order. Persists the
     /// pending buffer first (so it reads the engine alone): for start-up and snapshot loads,
     /// not for the apply path.
-    pub fn meta_scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, MvccError> {
+    pub fn meta_scan(&self, prefix: &[u8]) -> Result<Vec<MetaEntry>, MvccError> {
         self.inner.persist_pending()?;
         let mut out = Vec::new();
         for item in self
