@@ -256,7 +256,7 @@ fn live_at(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{compact, del, put, temp_store};
+    use crate::mvcc::tests::{compact, del, put, temp_store};
     use super::Crc32c;
     use crate::mvcc::MvccError;
 
