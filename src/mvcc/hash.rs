@@ -256,8 +256,8 @@ fn live_at(
 
 #[cfg(test)]
 mod tests {
-    use crate::mvcc::tests::{compact, del, put, temp_store};
     use super::Crc32c;
+    use crate::mvcc::tests::{compact, del, put, temp_store};
     use crate::mvcc::MvccError;
 
     #[test]

@@ -579,6 +579,29 @@ mod tests {
         assert!(flags(&["--log-outputs=/var/log/kvd.log"]).is_err());
     }
 
+    // Quota, alarms and corruption checks (issue 18)
+    #[test]
+    fn quota_and_corruption_check_flags_follow_etcd() {
+        let c = flags(&[]).unwrap();
+        assert_eq!(c.quota_backend_bytes, Some(DEFAULT_QUOTA_BYTES));
+        assert!(!c.initial_corrupt_check);
+        assert!(c.corrupt_check_time.is_zero());
+        let c = flags(&["--quota-backend-bytes", "-1"]).unwrap();
+        assert_eq!(c.quota_backend_bytes, None);
+        let c = flags(&[
+            "--quota-backend-bytes=1048576",
+            "--experimental-initial-corrupt-check",
+            "--experimental-corrupt-check-time=2m",
+        ])
+        .unwrap();
+        assert_eq!(c.quota_backend_bytes, Some(1 << 20));
+        assert!(c.initial_corrupt_check);
+        assert_eq!(c.corrupt_check_time, Duration::from_secs(120));
+        let c = flags(&["--experimental-initial-corrupt-check=false"]).unwrap();
+        assert!(!c.initial_corrupt_check);
+        assert!(flags(&["--experimental-corrupt-check-time=often"]).is_err());
+    }
+
     #[test]
     fn metrics_urls_are_parsed_like_client_urls() {
         let c = flags(&["--listen-metrics-urls", "http://127.0.0.1:2381"]).unwrap();

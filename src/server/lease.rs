@@ -324,7 +324,17 @@ async fn revoke_expired(node: &RaftNode) {
     let mut storm: Option<(Instant, usize)> = None;
     let mut failed_batches = 0usize;
     loop {
-        let ids = lessor.expired(REVOKE_BATCH);
+        // Every member refuses revokes while CORRUPT is active (etcd's corrupt applier):
+        // proposing them would only fill the log with refusals.
+        let corrupt = node
+            .sm
+            .alarms()
+            .is_active(crate::proto::etcdserverpb::AlarmType::Corrupt);
+        let ids = if corrupt {
+            Vec::new()
+        } else {
+            lessor.expired(REVOKE_BATCH)
+        };
         if ids.is_empty() {
             tokio::time::sleep(EXPIRY_CHECK).await;
             continue;
