@@ -208,7 +208,8 @@ impl MvccStore {
                 }
                 Below::Compacted => live_at(&view, compacted, compacted)?.1,
             };
-            for r in kept {
+            // (A negative `rev` counts nothing, as etcd's upper bound then excludes all.)
+            for r in kept.into_iter().filter(|r| r.main <= rev) {
                 let rec = view.record(r)?.ok_or_else(|| {
                     MvccError::Storage(format!("history record {}_{} is missing", r.main, r.sub))
                 })?;
@@ -223,6 +224,9 @@ impl MvccStore {
             main: rev + 1,
             sub: 0,
         };
+        if hi <= lo {
+            return Ok(());
+        }
         for item in self.history(lo, hi) {
             let (r, rec) = item?;
             feed(r, &rec);
@@ -282,6 +286,8 @@ mod tests {
         assert_eq!(s.hash_kv(0).unwrap().hash, 1369599507);
         assert_eq!(s.hash_kv(1).unwrap().hash, 1084519789);
         assert_eq!(s.hash_kv(3), Err(MvccError::FutureRev));
+        // etcd hashes nothing but the bucket name below revision 1.
+        assert_eq!(s.hash_kv(-5).unwrap().hash, 1084519789);
         compact(&s, 2).unwrap();
         assert_eq!(s.hash_kv(2), Err(MvccError::Compacted));
         let h = s.hash_kv(0).unwrap();
