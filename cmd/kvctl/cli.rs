@@ -146,6 +146,8 @@ pub enum Command {
     Compaction(CompactionArgs),
     /// Endpoint related commands
     Endpoint(EndpointArgs),
+    /// Alarm related commands
+    Alarm(AlarmArgs),
     /// Membership related commands
     Member(MemberArgs),
     /// Watches events stream on keys or prefixes
@@ -321,6 +323,35 @@ pub enum EndpointCommand {
     Health,
     /// Prints out the status of endpoints specified in `--endpoints` flag
     Status(StatusArgs),
+    /// Prints the KV history hash for each endpoint in --endpoints
+    Hashkv(HashKvArgs),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct HashKvArgs {
+    /// maximum revision to hash (default: all revisions)
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub rev: i64,
+}
+
+#[derive(Args, Debug)]
+pub struct AlarmArgs {
+    #[command(subcommand)]
+    pub command: AlarmCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AlarmCommand {
+    /// Disarms all alarms
+    Disarm(AlarmNoArgs),
+    /// Lists all alarms
+    List(AlarmNoArgs),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct AlarmNoArgs {
+    /// (none accepted)
+    pub args: Vec<String>,
 }
 
 #[derive(Args, Debug, Clone, Default)]

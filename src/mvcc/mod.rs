@@ -49,9 +49,10 @@
 //!
 //! # Modules
 //! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
-//! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `etcd_image` (after the store type); `garbage`; `pending`; `view`;
-//! `apply`; this module with `load` (more `impl MvccStore`); `failpoint` beside `engine`. A
-//! module uses only modules before it.
+//! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `etcd_image` (after the store
+//! type); `garbage`; `pending`; `view`; `apply`; this module with `load` and `hash` (more
+//! `impl MvccStore`: snapshot loads, etcd's HashKV and kvd's Hash); `failpoint` beside
+//! `engine`. A module uses only modules before it.
 
 mod apply;
 mod check;
@@ -62,6 +63,7 @@ mod etcd_image;
 pub(crate) mod failpoint;
 mod garbage;
 mod gosort;
+mod hash;
 mod index;
 mod key_range;
 mod load;
@@ -89,6 +91,7 @@ pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_M
 pub use engine::{Engine, SledEngine, StoreEngine};
 pub use error::MvccError;
 pub use etcd_image::{entries_from_etcd, Pairs, TreeEntries};
+pub use hash::{Crc32c, KvHash};
 pub use index::Revision;
 pub use load::check_entries;
 pub use request::{WriteRequest, WriteResponse};
@@ -115,6 +118,9 @@ pub const RESERVED_META_PREFIX: &[u8] = b"mvcc/";
 
 const META_CURRENT: &[u8] = b"mvcc/current_revision";
 const META_COMPACTED: &[u8] = b"mvcc/compacted_revision";
+
+/// A meta tree entry: key and value.
+pub type MetaEntry = (Vec<u8>, Vec<u8>);
 
 /// Compacted revision of a store that was never compacted (etcd's `compactMainRev`).
 pub const NEVER_COMPACTED: i64 = -1;
@@ -462,6 +468,26 @@ impl MvccStore {
             return Ok(v);
         }
         Ok(self.inner.engine.get(Tree::Meta, key)?.map(|v| v.to_vec()))
+    }
+
+    /// Every entry of [`META_TREE`] whose key starts with `prefix`, in key order. Persists the
+    /// pending buffer first (so it reads the engine alone): for start-up and snapshot loads,
+    /// not for the apply path.
+    pub fn meta_scan(&self, prefix: &[u8]) -> Result<Vec<MetaEntry>, MvccError> {
+        self.inner.persist_pending()?;
+        let mut out = Vec::new();
+        for item in self
+            .inner
+            .engine
+            .range(Tree::Meta, Included(prefix), Unbounded)
+        {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
     }
 
     /// The value of `key` visible at `rev` (0 = current), if any.

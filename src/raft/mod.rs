@@ -3,6 +3,7 @@
 //! typed failure causes in `peer_error`), the peer prober and the node glue that proposes
 //! writes and serves read-index barriers.
 
+pub mod alarm_set;
 mod background;
 pub mod backup;
 pub mod error;

@@ -16,7 +16,8 @@ use super::log_store::encode;
 use super::node::RaftNode;
 use super::types::{Snapshot, SnapshotMeta, Vote};
 use crate::proto::etcdserverpb::{
-    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+    HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, ResponseHeader,
 };
 use crate::proto::kvdpb::peer_server::Peer;
 use crate::proto::kvdpb::{
@@ -249,5 +250,37 @@ impl Peer for PeerService {
         self.duties
             .time_to_live(&req.into_inner())
             .map(Response::new)
+    }
+
+    async fn hash_kv(
+        &self,
+        req: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
+        let rev = req.into_inner().revision;
+        let store = self.node.sm.store().clone();
+        // Reads the whole history up to `rev`: off the async workers.
+        let h = tokio::task::spawn_blocking(move || store.hash_kv(rev))
+            .await
+            .map_err(fatal)?
+            .map_err(|e| {
+                let code = match e {
+                    crate::mvcc::MvccError::Compacted | crate::mvcc::MvccError::FutureRev => {
+                        tonic::Code::OutOfRange
+                    }
+                    _ => tonic::Code::Unknown,
+                };
+                super::peer_error::status_of_kind(code, e.to_string(), e.kind())
+            })?;
+        Ok(Response::new(HashKvResponse {
+            header: Some(ResponseHeader {
+                cluster_id: self.cluster_id,
+                member_id: self.node.id,
+                revision: h.current,
+                raft_term: self.node.term(),
+            }),
+            hash: h.hash,
+            compact_revision: h.compacted,
+            hash_revision: h.revision,
+        }))
     }
 }

@@ -23,6 +23,8 @@
 //! - Snapshot files are written and removed under `snap_io` only (builds and installs).
 //! - Readers through the state machine's read methods never see a half-installed snapshot:
 //!   an install holds `install_gate` for writing from start to end.
+//! - Active alarms are meta keys like the member attributes; `alarms` mirrors them (loaded at
+//!   open and after every snapshot load) and decides apply-time refusals (see `alarm_set`).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -37,6 +39,7 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::alarm_set::{AlarmSet, META_ALARM_PREFIX};
 use super::error::StoreError;
 use super::log_store::{decode, encode};
 use super::snapshot_file;
@@ -46,7 +49,7 @@ use super::types::{
 use crate::mvcc::failpoint::crash_point;
 use crate::mvcc::{Engine, MvccError, MvccStore, StoreEngine, WriteRequest, WriteResponse};
 use crate::proto::depth;
-use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
+use crate::proto::etcdserverpb::{AlarmResponse, RangeRequest, RangeResponse};
 use crate::proto::kvdpb::{
     internal_request, internal_response, ErrorCode, InternalRequest, InternalResponse,
     MemberAttributes,
@@ -92,6 +95,8 @@ pub struct SmShared {
     /// the MVCC history (which holds the batch, in memory or in the engine, before this is
     /// sent).
     revision_tx: watch::Sender<i64>,
+    /// The active alarms, as the applied state holds them.
+    pub alarms: AlarmSet,
 }
 
 #[derive(Clone)]
@@ -130,9 +135,11 @@ impl StateMachine {
                 lessor: Lessor::default(),
                 applied_tx,
                 revision_tx,
+                alarms: AlarmSet::default(),
             }),
         };
         sm.repair_from_snapshot()?;
+        sm.reload_alarms()?;
         let applied = sm.last_applied()?.map_or(0, |l| l.index);
         sm.shared.applied_tx.send_replace(applied);
         Ok(sm)
@@ -194,6 +201,18 @@ impl StateMachine {
             }
             None => self.load_snapshot(&SnapshotMeta::default(), empty_payload()),
         }
+    }
+
+    /// Reloads the in-memory alarm set from the meta tree.
+    fn reload_alarms(&self) -> Result<(), StoreError> {
+        let stored = self.shared.mvcc.meta_scan(META_ALARM_PREFIX.as_bytes())?;
+        self.shared.alarms.load(&stored);
+        Ok(())
+    }
+
+    /// The active alarms (etcd's alarm store).
+    pub fn alarms(&self) -> &AlarmSet {
+        &self.shared.alarms
     }
 
     pub fn last_applied(&self) -> Result<Option<LogId>, StoreError> {
@@ -294,6 +313,7 @@ impl StateMachine {
             ],
         )?;
         self.shared.lessor.sync(&mvcc.leases()?);
+        self.reload_alarms()?;
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
         self.shared
@@ -322,6 +342,10 @@ enum Slot {
     Request(usize),
     /// The command did not decode.
     Undecodable,
+    /// An alarm entry's answer.
+    Alarm(AlarmResponse),
+    /// Refused at apply time by an active alarm, with etcd's error.
+    Refused(ErrorCode, &'static str),
 }
 
 /// The answer to a proposer whose entry did not decode. Requests are validated (and their
@@ -353,7 +377,7 @@ fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
         R::LeaseGrant(g) => Some(WriteRequest::LeaseGrant(g)),
         R::LeaseRevoke(r) => Some(WriteRequest::LeaseRevoke(r)),
         R::LeaseRevokeMany(r) => Some(WriteRequest::LeaseRevokeMany(r.ids)),
-        R::Publish(_) => None,
+        R::Publish(_) | R::Alarm(_) => None,
     }
 }
 
@@ -426,7 +450,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             continue;
                         }
                     };
-                    if let Some(internal_request::Request::Publish(MemberAttributes {
+                    if let Some(refused) = self.shared.alarms.refusal(&req) {
+                        slots.push(Slot::Refused(refused.0, refused.1));
+                        continue;
+                    }
+                    if let Some(internal_request::Request::Alarm(ar)) = &req.request {
+                        let (resp, write) = self.shared.alarms.apply(ar);
+                        meta.extend(write);
+                        slot = Slot::Alarm(resp);
+                    } else if let Some(internal_request::Request::Publish(MemberAttributes {
                         member_id,
                         name,
                         client_urls,
@@ -493,6 +525,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     )),
                     revision: current,
                     error_code: ErrorCode::UndecodableEntry as i32,
+                },
+                Slot::Alarm(a) => InternalResponse {
+                    response: Some(internal_response::Response::Alarm(a)),
+                    revision: current,
+                    ..Default::default()
+                },
+                Slot::Refused(code, msg) => InternalResponse {
+                    response: Some(internal_response::Response::Error(msg.to_string())),
+                    revision: current,
+                    error_code: code as i32,
                 },
                 Slot::Request(i) => match std::mem::replace(
                     &mut results[i],

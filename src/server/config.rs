@@ -112,7 +112,42 @@ pub struct Flags {
     /// 0: half the CPUs, at least one.
     #[arg(long, env = "KVD_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
+
+    // Quota, alarms and corruption checks (issue 18)
+    /// Raise a NOSPACE alarm when the backend database would exceed this many bytes (0: etcd's
+    /// default of 2 GiB; negative: no quota).
+    #[arg(
+        long,
+        env = "ETCD_QUOTA_BACKEND_BYTES",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub quota_backend_bytes: i64,
+    /// Compare this member's HashKV with its peers' before serving clients; refuse to start on
+    /// a mismatch.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub experimental_initial_corrupt_check: bool,
+    /// Interval of the leader's corruption check pass (Go duration; 0: off).
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
+        default_value = "0s"
+    )]
+    pub experimental_corrupt_check_time: String,
 }
+
+// Quota, alarms and corruption checks (issue 18)
+/// etcd's default backend quota (`DefaultQuotaBytes`), used for `--quota-backend-bytes 0`.
+pub const DEFAULT_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+/// Above this quota etcd warns that performance may degrade (`MaxQuotaBytes`).
+pub const MAX_QUOTA_BYTES: u64 = 8 * 1024 * 1024 * 1024;
 
 /// etcd's default watch progress notification interval.
 pub const DEFAULT_WATCH_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_secs(600);
@@ -148,6 +183,13 @@ pub struct Config {
     pub watch_progress_notify_interval: Duration,
     /// Async worker threads (resolved: never 0). See [`default_worker_threads`].
     pub worker_threads: usize,
+    // Quota, alarms and corruption checks (issue 18)
+    /// The backend quota in bytes (0 resolved to etcd's 2 GiB default); `None`: no quota.
+    pub quota_backend_bytes: Option<u64>,
+    /// Check HashKV against the peers before serving clients.
+    pub initial_corrupt_check: bool,
+    /// Interval of the leader's periodic corruption check; zero: off.
+    pub corrupt_check_time: Duration,
     /// Not a flag: where the WAL lives. Always the default (real files, fdatasync) from flags;
     /// in-process power-loss tests put a simulated file system here.
     pub wal: crate::wal::WalBackend,
@@ -424,6 +466,17 @@ impl Flags {
                 0 => default_worker_threads(),
                 n => n,
             },
+            // Quota, alarms and corruption checks (issue 18)
+            quota_backend_bytes: match self.quota_backend_bytes {
+                q if q < 0 => None,
+                0 => Some(DEFAULT_QUOTA_BYTES),
+                q => Some(q as u64),
+            },
+            initial_corrupt_check: self.experimental_initial_corrupt_check,
+            corrupt_check_time: parse_go_duration(
+                "experimental-corrupt-check-time",
+                &self.experimental_corrupt_check_time,
+            )?,
             wal: Default::default(),
         })
     }
@@ -540,6 +593,29 @@ mod tests {
         assert!(flags(&["--log-level=loud"]).is_err());
         assert!(flags(&["--logger=glog"]).is_err());
         assert!(flags(&["--log-outputs=/var/log/kvd.log"]).is_err());
+    }
+
+    // Quota, alarms and corruption checks (issue 18)
+    #[test]
+    fn quota_and_corruption_check_flags_follow_etcd() {
+        let c = flags(&[]).unwrap();
+        assert_eq!(c.quota_backend_bytes, Some(DEFAULT_QUOTA_BYTES));
+        assert!(!c.initial_corrupt_check);
+        assert!(c.corrupt_check_time.is_zero());
+        let c = flags(&["--quota-backend-bytes", "-1"]).unwrap();
+        assert_eq!(c.quota_backend_bytes, None);
+        let c = flags(&[
+            "--quota-backend-bytes=1048576",
+            "--experimental-initial-corrupt-check",
+            "--experimental-corrupt-check-time=2m",
+        ])
+        .unwrap();
+        assert_eq!(c.quota_backend_bytes, Some(1 << 20));
+        assert!(c.initial_corrupt_check);
+        assert_eq!(c.corrupt_check_time, Duration::from_secs(120));
+        let c = flags(&["--experimental-initial-corrupt-check=false"]).unwrap();
+        assert!(!c.initial_corrupt_check);
+        assert!(flags(&["--experimental-corrupt-check-time=often"]).is_err());
     }
 
     #[test]

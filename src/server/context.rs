@@ -14,6 +14,8 @@ pub struct ServerCtx {
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
     pub reconfig: std::sync::Arc<super::membership::Reconfig>,
+    /// The backend quota writes are checked against before they are proposed.
+    pub quota: std::sync::Arc<super::quota::Quota>,
 }
 
 impl ServerCtx {

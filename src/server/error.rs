@@ -57,6 +57,16 @@ pub enum ApiError {
     LeaderTransferTimeout,
     #[error("etcdserver: rpc not supported for learner")]
     NotSupportedForLearner,
+    /// A NOSPACE alarm is active, or the write would take the database past its quota.
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    /// A CORRUPT alarm is active: writes are refused.
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
+    /// An alarm request with an action etcd does not define (etcd 3.4 crashes on one; kvd
+    /// refuses it before it is proposed).
+    #[error("etcdserver: unknown alarm action")]
+    BadAlarmAction,
     /// A request the store refused, read locally or applied (here or on the leader).
     #[error(transparent)]
     Mvcc(#[from] MvccError),
@@ -94,6 +104,9 @@ impl ApiError {
             ApiError::BadLeaderTransferee => K::BadLeaderTransferee,
             ApiError::LeaderTransferTimeout => K::LeaderTransferTimeout,
             ApiError::NotSupportedForLearner => K::NotSupportedForLearner,
+            ApiError::NoSpace => K::NoSpace,
+            ApiError::Corrupt => K::Corrupt,
+            ApiError::BadAlarmAction => K::BadAlarmAction,
             ApiError::Mvcc(e) => e.kind(),
             ApiError::Remote(..) => K::Unspecified,
             ApiError::Unimplemented(_) => K::Unimplemented,
@@ -126,6 +139,9 @@ impl ApiError {
             K::BadLeaderTransferee => ApiError::BadLeaderTransferee,
             K::LeaderTransferTimeout => ApiError::LeaderTransferTimeout,
             K::NotSupportedForLearner => ApiError::NotSupportedForLearner,
+            K::NoSpace => ApiError::NoSpace,
+            K::Corrupt => ApiError::Corrupt,
+            K::BadAlarmAction => ApiError::BadAlarmAction,
             _ => return None,
         })
     }
@@ -165,7 +181,10 @@ pub fn grpc_code(kind: ErrorCode) -> Code {
         | K::TooManyOps
         | K::DuplicateKey
         | K::RequestTooLarge
-        | K::BadMemberUrls => Code::InvalidArgument,
+        | K::BadMemberUrls
+        | K::BadAlarmAction => Code::InvalidArgument,
+        K::NoSpace => Code::ResourceExhausted,
+        K::Corrupt => Code::DataLoss,
         K::Compacted | K::FutureRev | K::LeaseTtlTooLarge => Code::OutOfRange,
         K::LeaseNotFound | K::MemberNotFound => Code::NotFound,
         K::PeerUrlsExist
@@ -366,6 +385,17 @@ mod tests {
                 A::Mvcc(M::Storage("disk".into())),
                 Unknown,
                 "kvd: mvcc: storage error: disk",
+            ),
+            (
+                A::NoSpace,
+                ResourceExhausted,
+                "etcdserver: mvcc: database space exceeded",
+            ),
+            (A::Corrupt, DataLoss, "etcdserver: corrupt cluster"),
+            (
+                A::BadAlarmAction,
+                InvalidArgument,
+                "etcdserver: unknown alarm action",
             ),
             (A::Remote(Aborted, "x".into()), Aborted, "x"),
             (A::Unimplemented("nope".into()), Unimplemented, "nope"),

@@ -66,6 +66,9 @@ impl Kv for KvService {
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let (md, _, r) = req.into_parts();
+        // Before validation, as etcd's quota layer wraps the KV server.
+        let cost = super::quota::cost_put(&r);
+        self.ctx.quota.check(&self.ctx.node, cost).await?;
         // Lease existence is checked when the put is applied: a check here could wrongly
         // refuse a lease granted through another member that this one has not applied yet.
         mvcc::check_put(&r).map_err(ApiError::from)?;
@@ -97,6 +100,8 @@ impl Kv for KvService {
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let (md, _, r) = req.into_parts();
+        let cost = super::quota::cost_txn(&r);
+        self.ctx.quota.check(&self.ctx.node, cost).await?;
         mvcc::check_txn(&r, self.ctx.max_txn_ops).map_err(ApiError::from)?;
         match self.write(&md, In::Txn(r)).await? {
             Out::Txn(mut t) => {

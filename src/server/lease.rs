@@ -167,6 +167,9 @@ impl Lease for LeaseService {
         &self,
         req: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        // Before anything else, as etcd's quota layer wraps the lease server.
+        let cost = super::quota::LEASE_OVERHEAD;
+        self.ctx.quota.check(&self.ctx.node, cost).await?;
         self.ctx.check_leader(req.metadata())?;
         let mut r = req.into_inner();
         if r.ttl > MAX_LEASE_TTL {
@@ -321,7 +324,17 @@ async fn revoke_expired(node: &RaftNode) {
     let mut storm: Option<(Instant, usize)> = None;
     let mut failed_batches = 0usize;
     loop {
-        let ids = lessor.expired(REVOKE_BATCH);
+        // Every member refuses revokes while CORRUPT is active (etcd's corrupt applier):
+        // proposing them would only fill the log with refusals.
+        let corrupt = node
+            .sm
+            .alarms()
+            .is_active(crate::proto::etcdserverpb::AlarmType::Corrupt);
+        let ids = if corrupt {
+            Vec::new()
+        } else {
+            lessor.expired(REVOKE_BATCH)
+        };
         if ids.is_empty() {
             tokio::time::sleep(EXPIRY_CHECK).await;
             continue;

@@ -1,4 +1,5 @@
-//! The etcd v3 Maintenance service (Status and MoveLeader; the rest as their issues land).
+//! The etcd v3 Maintenance service (Status, Alarm, Hash, HashKV and MoveLeader; the rest as
+//! their issues land).
 
 use openraft::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status};
@@ -7,6 +8,7 @@ use super::context::ServerCtx;
 use super::error::ApiError;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::etcdserverpb::*;
+use crate::raft::alarm_set::alarm_text;
 
 /// The etcd version kvd reports. Clients parse it as integers and gate features on it
 /// (e.g. watch progress requests need 3.4.31+ or 3.5.13+); see docs/architecture.md.
@@ -18,10 +20,6 @@ pub struct MaintenanceService {
     pub db_dir: std::path::PathBuf,
     /// Where backups for clients are written before they are streamed.
     pub backup_dir: std::path::PathBuf,
-}
-
-fn not_yet(what: &str) -> Status {
-    ApiError::Unimplemented(format!("{what} is not supported yet")).into()
 }
 
 /// Bytes in the files under `p` (etcd reports its bbolt file's size; sled is a directory).
@@ -40,11 +38,11 @@ pub(crate) fn dir_size(p: &std::path::Path) -> u64 {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    async fn alarm(&self, _r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
-        Ok(Response::new(AlarmResponse {
-            header: self.ctx.header(self.ctx.current_revision()),
-            alarms: vec![],
-        }))
+    async fn alarm(&self, r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        let mut resp = super::alarms::alarm(&self.ctx, r.into_inner()).await?;
+        // etcd 3.4 answers without a header; 3.5 (the version kvd reports) fills it.
+        resp.header = self.ctx.header(self.ctx.current_revision());
+        Ok(Response::new(resp))
     }
 
     async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
@@ -57,19 +55,26 @@ impl Maintenance for MaintenanceService {
             .membership()
             .voter_ids()
             .any(|v| v == node.id);
+        // etcd's order: "no leader" first, then each active alarm as etcd prints it.
+        let mut errors = Vec::new();
+        if m.current_leader.is_none() {
+            errors.push(ApiError::NoLeader.to_string());
+        }
+        errors.extend(node.sm.alarms().get(0).iter().map(alarm_text));
         Ok(Response::new(StatusResponse {
             header: self.ctx.header(self.ctx.current_revision()),
             version: ETCD_VERSION.to_string(),
             db_size,
             leader: m.current_leader.unwrap_or(0),
-            raft_index: m.last_log_index.unwrap_or(0),
+            // etcd's raftIndex is the committed index.
+            raft_index: m.local_committed.map_or(0, |l| l.index),
             raft_term: m.current_term,
             raft_applied_index: m.last_applied.map_or(0, |l| l.index),
-            errors: vec![],
+            errors,
             db_size_in_use: db_size,
             is_learner,
             storage_version: String::new(),
-            db_size_quota: 0,
+            db_size_quota: self.ctx.quota.limit() as i64,
             downgrade_info: None,
             kvd_recent_wal_fsyncs: recent.count,
             kvd_recent_wal_fsync_p99_us: recent.p99.as_micros() as u64,
@@ -85,15 +90,35 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
+    /// kvd's own checksum of the whole state machine (not comparable with etcd's bbolt hash;
+    /// see `mvcc::hash`).
     async fn hash(&self, _r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
-        Err(not_yet("Hash"))
+        let store = self.ctx.node.sm.store().clone();
+        let (hash, rev) = tokio::task::spawn_blocking(move || store.hash_all())
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(ApiError::from)?;
+        Ok(Response::new(HashResponse {
+            header: self.ctx.header(rev),
+            hash,
+        }))
     }
 
-    async fn hash_kv(
-        &self,
-        _r: Request<HashKvRequest>,
-    ) -> Result<Response<HashKvResponse>, Status> {
-        Err(not_yet("HashKV"))
+    /// etcd's HashKV (see `mvcc::hash`), answered from this member's applied state as etcd
+    /// answers it (no read index).
+    async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        let rev = r.into_inner().revision;
+        let store = self.ctx.node.sm.store().clone();
+        let h = tokio::task::spawn_blocking(move || store.hash_kv(rev))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(ApiError::from)?;
+        Ok(Response::new(HashKvResponse {
+            header: self.ctx.header(h.current),
+            hash: h.hash,
+            compact_revision: h.compacted,
+            hash_revision: h.revision,
+        }))
     }
 
     type SnapshotStream = super::backup::stream::SnapshotStream;

@@ -9,11 +9,13 @@
 //! <data-dir>/member/sm/snap/     Raft snapshot files
 //! ```
 
+pub mod alarms;
 pub mod backup;
 pub mod cluster;
 pub mod config;
 pub mod config_env;
 pub mod context;
+pub mod corrupt;
 mod downgrade;
 pub mod election;
 pub mod error;
@@ -29,6 +31,7 @@ pub mod maintenance;
 pub mod membership;
 pub mod observe;
 pub mod oversize;
+pub mod quota;
 pub mod watch_hub;
 pub mod watches;
 
@@ -65,6 +68,10 @@ pub enum ServerError {
     RaftStopped(#[source] crate::raft::Fatal),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// The initial corruption check found a peer with another hash at the same revision and
+    /// compaction (etcd's message).
+    #[error("{0}")]
+    Inconsistent(String),
 }
 
 /// Runs a member until `shutdown` resolves, then stops gracefully (a leader hands leadership

@@ -114,6 +114,10 @@ pub fn serve(
         max_request_bytes: cfg.max_request_bytes,
         max_txn_ops: cfg.max_txn_ops,
         reconfig,
+        quota: Arc::new(super::quota::Quota::new(
+            cfg.quota_backend_bytes,
+            member.db_dir(),
+        )),
     };
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
@@ -143,7 +147,7 @@ pub fn serve(
         }
     }
 
-    let background = vec![
+    let mut background = vec![
         tokio::spawn(lease::lessor_duties(node.clone())),
         tokio::spawn(crate::raft::prober::run(
             node.clone(),
@@ -157,6 +161,12 @@ pub fn serve(
             cfg.advertise_client_urls.clone(),
         )),
     ];
+    if !cfg.corrupt_check_time.is_zero() {
+        background.push(tokio::spawn(super::corrupt::monitor(
+            node.clone(),
+            cfg.corrupt_check_time,
+        )));
+    }
     tracing::info!("ready to serve client requests");
     Serving {
         servers,

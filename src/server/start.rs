@@ -141,6 +141,11 @@ pub async fn start_raft(
     let log = LogStore::open_on(&member.dir.join("wal"), &cfg.wal)?;
     let sm = StateMachine::open(&member.dir.join("sm"))?;
     sm.roll_back_if_ahead_of(log.last_index())?;
+    // Before Raft applies anything or any client is served, as etcd checks before it starts.
+    // A new member has nothing to compare.
+    if cfg.initial_corrupt_check && !member.fresh {
+        super::corrupt::initial_check(&sm, &member.channels, member.ident.member_id).await?;
+    }
     let network = NetworkFactory {
         channels: member.channels.clone(),
         links: links.clone(),

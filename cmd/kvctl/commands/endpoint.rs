@@ -1,10 +1,11 @@
-//! `endpoint status` and `endpoint health`, optionally for every member (`--cluster`).
+//! `endpoint status`, `endpoint health` and `endpoint hashkv`, optionally for every member
+//! (`--cluster`).
 use std::time::Duration;
 
-use kvd::proto::etcdserverpb::{MemberListRequest, RangeRequest, StatusRequest};
+use kvd::proto::etcdserverpb::{HashKvRequest, MemberListRequest, RangeRequest, StatusRequest};
 use tokio::time::Instant;
 
-use crate::cli::StatusArgs;
+use crate::cli::{HashKvArgs, StatusArgs};
 use crate::client::{with_deadline, Conn};
 use crate::commands::{emit, Ctx};
 use crate::error::{CliError, EXIT_ERROR};
@@ -131,4 +132,35 @@ pub async fn health(ctx: &Ctx, cluster: bool) -> Result<i32, CliError> {
         return Err(CliError::new(EXIT_ERROR, "unhealthy cluster"));
     }
     Ok(0)
+}
+
+/// etcdctl's `endpoint hashkv`: each endpoint's HashKV at `--rev`; a failure is reported on
+/// stderr and, after the others are printed, ends the command with the last error.
+pub async fn hashkv(ctx: &Ctx, cluster: bool, a: HashKvArgs) -> Result<i32, CliError> {
+    let mut list = Vec::new();
+    let mut last_err = None;
+    for ep in endpoints(ctx, cluster).await? {
+        let deadline = ctx.deadline();
+        let r = with_deadline(deadline, async {
+            let conn = connect_one(&ep, ctx.global.dial_timeout, deadline).await?;
+            Ok(conn
+                .maintenance()
+                .hash_kv(HashKvRequest { revision: a.rev })
+                .await?
+                .into_inner())
+        })
+        .await;
+        match r {
+            Ok(h) => list.push((ep, h)),
+            Err(e) => {
+                eprintln!("Failed to get the hash of endpoint {ep} ({})", e.msg);
+                last_err = Some(e);
+            }
+        }
+    }
+    emit(&ctx.printer.endpoint_hashkv(&list)?);
+    match last_err {
+        Some(e) => Err(CliError::new(EXIT_ERROR, e.msg)),
+        None => Ok(0),
+    }
 }

@@ -1,5 +1,6 @@
 //! One module per etcdctl command. Each returns the process exit code, or an error that
 //! `main` prints as `Error: <message>`.
+mod alarm;
 mod check_disk;
 mod check_perf;
 mod compaction;
@@ -19,8 +20,8 @@ use std::io::Write;
 use tokio::time::Instant;
 
 use crate::cli::{
-    CheckCommand, Cli, Command, EndpointCommand, GlobalArgs, LeaseCommand, MemberCommand,
-    SnapshotCommand,
+    AlarmCommand, CheckCommand, Cli, Command, EndpointCommand, GlobalArgs, LeaseCommand,
+    MemberCommand, SnapshotCommand,
 };
 use crate::client::Conn;
 use crate::error::CliError;
@@ -77,6 +78,11 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Endpoint(e) => match e.command {
             EndpointCommand::Status(a) => endpoint::status(&ctx, e.cluster, a).await,
             EndpointCommand::Health => endpoint::health(&ctx, e.cluster).await,
+            EndpointCommand::Hashkv(a) => endpoint::hashkv(&ctx, e.cluster, a).await,
+        },
+        Command::Alarm(a) => match a.command {
+            AlarmCommand::List(a) => alarm::list(&ctx, a).await,
+            AlarmCommand::Disarm(a) => alarm::disarm(&ctx, a).await,
         },
         Command::Member(m) => match m.command {
             MemberCommand::List => member::list(&ctx).await,

@@ -7,7 +7,7 @@ use kvd::proto::mvccpb::KeyValue;
 
 use crate::gofmt::quote;
 
-fn fields_hdr(out: &mut String, h: &Option<ResponseHeader>) {
+pub(crate) fn fields_hdr(out: &mut String, h: &Option<ResponseHeader>) {
     let h = h.unwrap_or_default();
     out.push_str(&format!(
         "\"ClusterID\" : {}\n\"MemberID\" : {}\n\"Revision\" : {}\n\"RaftTerm\" : {}\n",

@@ -98,7 +98,7 @@ impl Obj {
     }
 }
 
-fn json_header(h: &ResponseHeader) -> String {
+pub(crate) fn json_header(h: &ResponseHeader) -> String {
     Obj::new()
         .num("cluster_id", h.cluster_id)
         .num("member_id", h.member_id)

@@ -9,6 +9,7 @@ use kvd::proto::mvccpb::KeyValue;
 
 mod fields;
 mod json;
+mod maint;
 
 use crate::error::{CliError, EXIT_BAD_ARGS, EXIT_BAD_FEATURE};
 use crate::gofmt::{duration_string, hex_prefixed, humanize_bytes, quote};
