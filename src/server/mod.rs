@@ -10,6 +10,7 @@
 //! ```
 
 pub mod cluster;
+mod compactor;
 pub mod config;
 pub mod config_env;
 pub mod context;

@@ -20,7 +20,8 @@ use super::context::ServerCtx;
 use super::learner::LearnerGuard;
 use super::start::{Listeners, MemberDir};
 use super::{
-    cluster, gateway, kv, leader_duties, lease, maintenance, membership, observe, oversize, watches,
+    cluster, compactor, gateway, kv, leader_duties, lease, maintenance, membership, observe,
+    oversize, watches,
 };
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
@@ -154,6 +155,13 @@ pub fn serve(
             cfg.advertise_client_urls.clone(),
         )),
     ];
+    let mut background = background;
+    if let Some(mode) = cfg.auto_compaction {
+        background.push(tokio::spawn(compactor::run(
+            compactor::Member(ctx.clone()),
+            mode,
+        )));
+    }
     tracing::info!("ready to serve client requests");
     Serving {
         servers,
