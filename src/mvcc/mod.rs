@@ -322,6 +322,7 @@ impl MvccStore {
                 );
             }
             i.pending.garbage.add(&garbage);
+            i.pending.garbage.note(compacted);
         }
         Ok(())
     }
@@ -710,6 +711,17 @@ impl MvccStore {
             drop(running);
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Waits until the compaction at `rev` (applied on this store) has deleted every record
+    /// it removed from the engine, then makes that durable: etcd's physical compaction, which
+    /// answers only once its records are gone (and force-commits bbolt).
+    pub async fn wait_physically_compacted(&self, rev: i64) -> Result<(), MvccError> {
+        self.inner.pending.garbage.wait_done(rev).await;
+        let engine = self.inner.engine.clone();
+        tokio::task::spawn_blocking(move || engine.flush())
+            .await
+            .map_err(|e| MvccError::Storage(format!("flushing after a compaction: {e}")))?
     }
 
     /// Persists the pending buffer and flushes the engine (apply never does).
