@@ -43,18 +43,20 @@
 //! - One applier: [`MvccStore::apply`] and [`MvccStore::load`] serialize on a mutex;
 //!   reads run concurrently and lock-free.
 //! - History is deleted only by the background compaction ([`garbage`]) or a load, and both
-//!   first wait until no snapshot [`Image`] is being copied: an image reads its history from
+//!   (and a [`defrag`], which replaces the engine) first wait until no snapshot [`Image`] is
+//!   being copied: an image reads its history from
 //!   the engine after applies have moved on, and everything up to its revision is still there.
 //!   (An image may also hold compacted records not yet deleted; loading it compacts again.)
 //!
 //! # Modules
 //! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
 //! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `garbage`; `pending`; `view`;
-//! `apply`; this module with `load` (more `impl MvccStore`); `failpoint` beside `engine`. A
-//! module uses only modules before it.
+//! `apply`; this module with `load` and `defrag` (more `impl MvccStore`); `failpoint` beside
+//! `engine`. A module uses only modules before it.
 
 mod apply;
 mod check;
+mod defrag;
 pub mod engine;
 mod error;
 pub mod etcd_format;
@@ -83,6 +85,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
+pub use defrag::Copied;
 pub use engine::{Engine, SledEngine, StoreEngine};
 pub use error::MvccError;
 pub use index::Revision;

@@ -4,6 +4,7 @@
 //! writes and serves read-index barriers.
 
 mod background;
+pub mod engine_dir;
 pub mod error;
 pub mod lessor;
 pub mod limits;

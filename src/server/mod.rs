@@ -5,7 +5,8 @@
 //! ```text
 //! <data-dir>/member/member.json  identity: format version, member id, cluster id, name
 //! <data-dir>/member/wal/         write-ahead log segments (the source of truth)
-//! <data-dir>/member/sm/db/       sled: MVCC key space + apply metadata (rebuilt from WAL)
+//! <data-dir>/member/sm/db/       sled: MVCC key space + apply metadata (rebuilt from WAL);
+//!                                after a defragmentation `sm/db.N/`, named by `sm/db.current`
 //! <data-dir>/member/sm/snap/     Raft snapshot files
 //! ```
 
@@ -14,6 +15,7 @@ mod compactor;
 pub mod config;
 pub mod config_env;
 pub mod context;
+mod defrag;
 pub mod error;
 pub mod gateway;
 pub mod identity;

@@ -116,7 +116,7 @@ pub fn serve(
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
-    let services = client_services(cfg, member, &ctx, max_msg);
+    let services = client_services(cfg, &ctx, max_msg);
     for l in listeners.client {
         let fut = tonic::transport::Server::builder()
             // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
@@ -129,7 +129,7 @@ pub fn serve(
 
     let mut aux = Vec::new();
     if !listeners.metrics.is_empty() {
-        let scrape = observe::Scrape::new(node.clone(), member.db_dir());
+        let scrape = observe::Scrape::new(node.clone());
         aux.push(tokio::spawn(scrape.clone().watch_leader()));
         for l in listeners.metrics {
             let fut = observe::serve(l, scrape.clone(), stopped(stop_rx.clone()));
@@ -174,12 +174,7 @@ pub fn serve(
 }
 
 /// The etcd services, each refusing what a learner must not answer.
-fn client_services(
-    cfg: &Config,
-    member: &MemberDir,
-    ctx: &ServerCtx,
-    max_msg: usize,
-) -> gateway::Services {
+fn client_services(cfg: &Config, ctx: &ServerCtx, max_msg: usize) -> gateway::Services {
     let node = &ctx.node;
     gateway::Services {
         max_msg,
@@ -209,11 +204,8 @@ fn client_services(
             node.clone(),
         ),
         maintenance: LearnerGuard::new(
-            MaintenanceServer::new(maintenance::MaintenanceService {
-                ctx: ctx.clone(),
-                db_dir: member.db_dir(),
-            })
-            .max_decoding_message_size(max_msg),
+            MaintenanceServer::new(maintenance::MaintenanceService { ctx: ctx.clone() })
+                .max_decoding_message_size(max_msg),
             node.clone(),
         ),
     }

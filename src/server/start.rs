@@ -35,13 +35,6 @@ pub struct MemberDir {
     pub channels: Channels,
 }
 
-impl MemberDir {
-    /// The state machine's database directory, sized for metrics and status.
-    pub fn db_dir(&self) -> PathBuf {
-        self.dir.join("sm").join("db")
-    }
-}
-
 /// Makes `member/` durable and loads (or creates) the member's identity.
 pub async fn open_member(cfg: &Config) -> Result<MemberDir, ServerError> {
     let dir = cfg.data_dir.join("member");
