@@ -6,6 +6,7 @@
 mod background;
 pub mod engine_dir;
 pub mod error;
+pub mod force_new_cluster;
 pub mod lessor;
 pub mod limits;
 pub mod links;

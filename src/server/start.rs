@@ -122,6 +122,10 @@ pub async fn start_raft(
     let log = LogStore::open_on(&member.dir.join("wal"), &cfg.wal)?;
     let sm = StateMachine::open(&member.dir.join("sm"))?;
     sm.roll_back_if_ahead_of(log.last_index())?;
+    if cfg.force_new_cluster && !member.fresh {
+        crate::raft::force_new_cluster::force_new_cluster(&log, &sm, member.ident.member_id)
+            .await?;
+    }
     let network = NetworkFactory {
         channels: member.channels.clone(),
         links: links.clone(),

@@ -14,9 +14,7 @@ pub async fn defrag(ctx: &Ctx, a: DefragArgs) -> Result<i32, CliError> {
         let deadline = ctx.deadline();
         let r = with_deadline(deadline, async {
             let conn = connect_one(&ep, ctx.global.dial_timeout, deadline).await?;
-            conn.maintenance()
-                .defragment(DefragmentRequest {})
-                .await?;
+            conn.maintenance().defragment(DefragmentRequest {}).await?;
             Ok(())
         })
         .await;
