@@ -32,7 +32,10 @@ async fn periodic_auto_compaction_compacts_what_is_older_than_the_retention() {
     let c = Cluster::start_opts(
         1,
         false,
-        &["--auto-compaction-mode=periodic", "--auto-compaction-retention=2s"],
+        &[
+            "--auto-compaction-mode=periodic",
+            "--auto-compaction-retention=2s",
+        ],
     )
     .await;
     let started = Instant::now();
@@ -50,7 +53,11 @@ async fn periodic_auto_compaction_compacts_what_is_older_than_the_retention() {
         match read_at(&c, "k", first).await {
             Err(e) => break e,
             Ok(_) => {
-                assert!(Instant::now() < deadline, "never compacted\n{}", c.log_of(0));
+                assert!(
+                    Instant::now() < deadline,
+                    "never compacted\n{}",
+                    c.log_of(0)
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -65,7 +72,11 @@ async fn periodic_auto_compaction_compacts_what_is_older_than_the_retention() {
     let finishes = log.matches("Finished auto-compaction at revision").count();
     assert!(starts >= 1 && finishes >= 1, "{log}");
     let most = started.elapsed().as_secs() as usize / 2 + 1;
-    assert!(starts <= most, "{starts} compactions in {:?}\n{log}", started.elapsed());
+    assert!(
+        starts <= most,
+        "{starts} compactions in {:?}\n{log}",
+        started.elapsed()
+    );
     assert!(log.contains("(retention: 2s)"), "{log}");
 }
 
@@ -96,7 +107,10 @@ fn start_with(args: &[&str]) -> Option<(std::process::ExitStatus, String)> {
 fn bad_auto_compaction_flags_are_refused_with_etcds_messages() {
     for (args, msg) in [
         (
-            &["--auto-compaction-mode=foo", "--auto-compaction-retention=1"][..],
+            &[
+                "--auto-compaction-mode=foo",
+                "--auto-compaction-retention=1",
+            ][..],
             "unknown auto-compaction-mode \"foo\"",
         ),
         (
