@@ -45,12 +45,19 @@ impl StateMachine {
 
     /// Rewrites the engine into a new generation with only its live records, pausing this
     /// member's applies meanwhile (see the module doc).
+    ///
+    /// Runs to the end even if the caller stops waiting: the pause is released by the thread
+    /// that copies, when it is done.
     pub async fn defragment(&self) -> Result<Defragmented, StoreError> {
-        let _no_applies = self.shared.defrag_gate.write().await;
+        let no_applies = self.shared.defrag_gate.clone().write_owned().await;
         let sm = self.clone();
-        tokio::task::spawn_blocking(move || sm.defragment_now())
-            .await
-            .map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?
+        tokio::task::spawn_blocking(move || {
+            let res = sm.defragment_now();
+            drop(no_applies);
+            res
+        })
+        .await
+        .map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?
     }
 
     fn defragment_now(&self) -> Result<Defragmented, StoreError> {

@@ -96,7 +96,7 @@ pub struct SmShared {
     db_dir: std::sync::Mutex<PathBuf>,
     /// Held for writing by a defragmentation; applies, snapshot builds and installs take it
     /// for reading first (see `defrag`).
-    defrag_gate: tokio::sync::RwLock<()>,
+    defrag_gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 #[derive(Clone)]
@@ -136,7 +136,7 @@ impl StateMachine {
                 applied_tx,
                 revision_tx,
                 db_dir: std::sync::Mutex::new(db_dir),
-                defrag_gate: tokio::sync::RwLock::new(()),
+                defrag_gate: Arc::new(tokio::sync::RwLock::new(())),
             }),
         };
         sm.repair_from_snapshot()?;

@@ -25,28 +25,34 @@ pub const IN_USE_TTL: Duration = Duration::from_secs(5);
 
 /// Defragments this member's engine; answers when the new one is in use.
 pub(crate) async fn defragment(node: &RaftNode) -> Result<DefragmentResponse, ApiError> {
-    let before = dir_size(&node.sm.db_dir());
-    tracing::info!(
-        current_db_size_bytes = before,
-        "starting to defragment the storage backend..."
-    );
-    let d = node
-        .sm
-        .defragment()
-        .await
-        .map_err(|e| ApiError::Internal(format!("defragment: {e}")))?;
-    let after = dir_size(&d.to);
-    forget_in_use(&d.from);
-    tracing::info!(
-        from = %d.from.display(),
-        to = %d.to.display(),
-        records = d.records,
-        current_db_size_bytes_before = before,
-        current_db_size_bytes_after = after,
-        took_ms = d.took.as_millis() as u64,
-        "finished defragmenting the storage backend"
-    );
-    Ok(DefragmentResponse { header: None })
+    // In a task of its own: a client that gives up does not stop it halfway (nothing would be
+    // lost, but the copy would be wasted).
+    let sm = node.sm.clone();
+    tokio::spawn(async move {
+        let before = dir_size(&sm.db_dir());
+        tracing::info!(
+            current_db_size_bytes = before,
+            "starting to defragment the storage backend..."
+        );
+        let d = sm.defragment().await.map_err(|e| {
+            tracing::warn!(error = %e, "defragmenting the storage backend failed");
+            ApiError::Internal(format!("defragment: {e}"))
+        })?;
+        let after = dir_size(&d.to);
+        forget_in_use(&d.from);
+        tracing::info!(
+            from = %d.from.display(),
+            to = %d.to.display(),
+            records = d.records,
+            current_db_size_bytes_before = before,
+            current_db_size_bytes_after = after,
+            took_ms = d.took.as_millis() as u64,
+            "finished defragmenting the storage backend"
+        );
+        Ok(DefragmentResponse { header: None })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("defragment: {e}")))?
 }
 
 static IN_USE: Mutex<Option<HashMap<PathBuf, (Instant, u64)>>> = Mutex::new(None);
