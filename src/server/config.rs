@@ -233,10 +233,10 @@ fn parse_retention_duration(s: &str) -> Result<Duration, ConfigError> {
         ))
     };
     let unsigned = s.strip_prefix(['-', '+']).unwrap_or(s);
-    if !unsigned.is_empty() && unsigned.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        if unsigned.chars().any(|c| c.is_ascii_digit()) && unsigned != "0" {
-            return Err(bad("missing unit in duration"));
-        }
+    let number = unsigned.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && unsigned.chars().any(|c| c.is_ascii_digit());
+    if number && unsigned != "0" {
+        return Err(bad("missing unit in duration"));
     }
     if s.starts_with('-') {
         return if parse_go_duration("auto-compaction-retention", unsigned).is_ok() {
