@@ -87,8 +87,8 @@ fn copy_trees(from: &StoreEngine, to: &StoreEngine) -> Result<Copied, MvccError>
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{compact, put, temp_store};
     use super::*;
+    use crate::mvcc::tests::{compact, put, temp_store};
 
     #[test]
     fn defragmented_store_reads_the_same_and_shrinks_after_a_compaction() {
