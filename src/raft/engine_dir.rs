@@ -109,8 +109,7 @@ pub fn prepare_next(current: &Path) -> io::Result<PathBuf> {
 /// Makes `next` (from [`prepare_next`], its engine flushed) the current generation, durably.
 pub fn switch_to(next: &Path) -> io::Result<()> {
     let sm_dir = next.parent().unwrap_or(Path::new("."));
-    // sled created its files in there (and perhaps subdirectories) without syncing the
-    // directories; a file whose directory entry is not durable can vanish.
+    // A file whose directory entry is not durable can vanish with a power loss.
     sync_tree(next)?;
     let name = next
         .file_name()
@@ -126,11 +125,15 @@ pub fn switch_to(next: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// fsyncs every file and directory under `dir`: sled syncs its log on flush, but not
+/// necessarily the files it wrote once at open (its config, its snapshot) nor any directory.
 fn sync_tree(dir: &Path) -> io::Result<()> {
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         if entry.file_type()?.is_dir() {
             sync_tree(&entry.path())?;
+        } else {
+            fs::File::open(entry.path())?.sync_all()?;
         }
     }
     fsync_dir(dir)
