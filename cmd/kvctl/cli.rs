@@ -288,6 +288,9 @@ pub struct DefragArgs {
     /// use all endpoints from the cluster member list
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
     pub cluster: bool,
+    /// Arguments etcdctl's defrag ignores.
+    #[arg(hide = true)]
+    pub ignored: Vec<String>,
 }
 
 #[derive(Args, Debug)]
