@@ -15,6 +15,7 @@
 //! Test-only code lives in the `kvd-testkit` crate (`testkit/`), or behind the `testkit`
 //! feature, which only integration tests enable.
 
+pub mod bbolt;
 pub mod metrics;
 pub mod mvcc;
 pub mod proto;

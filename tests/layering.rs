@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules of the library, with their rank: a module may name ranks <= its own.
 const LAYERS: &[(&str, u32)] = &[
+    ("bbolt", 0),
     ("metrics", 0),
     ("proto", 0),
     ("wal", 1),

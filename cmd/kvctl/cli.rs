@@ -156,6 +156,8 @@ pub enum Command {
     Lease(LeaseArgs),
     /// Transfers leadership to another etcd cluster member.
     MoveLeader(MoveLeaderArgs),
+    /// Manages etcd node snapshots
+    Snapshot(SnapshotArgs),
     /// commands for checking properties of the etcd cluster
     Check(CheckArgs),
     /// Prints the version of etcdctl
@@ -525,4 +527,52 @@ mod tests {
             _ => panic!(),
         }
     }
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    #[command(subcommand)]
+    pub command: SnapshotCommand,
+}
+
+/// Snapshot subcommands, with etcdctl 3.4's arguments (counted by the commands, for
+/// etcdctl's messages).
+#[derive(Subcommand, Debug)]
+pub enum SnapshotCommand {
+    /// Stores an etcd node backend snapshot to a given file
+    Save(SnapshotFileArgs),
+    /// Restores an etcd member snapshot to an etcd directory
+    Restore(SnapshotRestoreArgs),
+    /// Gets backend snapshot status of a given file
+    Status(SnapshotFileArgs),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct SnapshotFileArgs {
+    /// <filename>
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct SnapshotRestoreArgs {
+    /// <filename>
+    pub args: Vec<String>,
+    /// Path to the data directory
+    #[arg(long, default_value = "")]
+    pub data_dir: String,
+    /// Initial cluster configuration for restore bootstrap
+    #[arg(long, default_value = "default=http://localhost:2380")]
+    pub initial_cluster: String,
+    /// Initial cluster token for the etcd cluster during restore bootstrap
+    #[arg(long, default_value = "etcd-cluster")]
+    pub initial_cluster_token: String,
+    /// List of this member's peer URLs to advertise to the rest of the cluster
+    #[arg(long, default_value = "http://localhost:2380")]
+    pub initial_advertise_peer_urls: String,
+    /// Human-readable name for this member
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// Ignore snapshot integrity hash value (required if copied from data directory)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub skip_hash_check: bool,
 }

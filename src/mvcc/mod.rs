@@ -50,9 +50,9 @@
 //!
 //! # Modules
 //! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
-//! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `garbage`; `pending`; `view`;
-//! `apply`; this module with `load` and `defrag` (more `impl MvccStore`); `failpoint` beside
-//! `engine`. A module uses only modules before it.
+//! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `etcd_image` (after the store
+//! type); `garbage`; `pending`; `view`; `apply`; this module with `load` and `defrag` (more
+//! `impl MvccStore`); `failpoint` beside `engine`. A module uses only modules before it.
 
 mod apply;
 mod check;
@@ -60,6 +60,7 @@ mod defrag;
 pub mod engine;
 mod error;
 pub mod etcd_format;
+mod etcd_image;
 pub(crate) mod failpoint;
 mod garbage;
 mod gosort;
@@ -71,6 +72,8 @@ mod pending;
 mod request;
 mod view;
 
+#[cfg(test)]
+mod etcd_image_tests;
 #[cfg(test)]
 mod garbage_tests;
 #[cfg(test)]
@@ -88,6 +91,7 @@ pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_M
 pub use defrag::Copied;
 pub use engine::{Engine, SledEngine, StoreEngine};
 pub use error::MvccError;
+pub use etcd_image::{entries_from_etcd, Pairs, TreeEntries};
 pub use index::Revision;
 pub use load::check_entries;
 pub use request::{WriteRequest, WriteResponse};

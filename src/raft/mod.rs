@@ -4,6 +4,7 @@
 //! writes and serves read-index barriers.
 
 mod background;
+pub mod backup;
 pub mod engine_dir;
 pub mod error;
 pub mod force_new_cluster;

@@ -53,8 +53,8 @@ use crate::proto::kvdpb::{
 };
 use crate::raft::lessor::Lessor;
 
-const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
-const META_MEMBERSHIP: &[u8] = b"raft/membership";
+pub(super) const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
+pub(super) const META_MEMBERSHIP: &[u8] = b"raft/membership";
 const META_INSTALLING: &[u8] = b"raft/installing_snapshot";
 const META_MEMBER_PREFIX: &str = "member/";
 /// `removed/<id>`: a member that was in a configuration and is not any more (etcd's

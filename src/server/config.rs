@@ -318,7 +318,63 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError(msg.into()))
 }
 
-fn split_urls(flag: &str, s: &str) -> Result<Vec<String>, ConfigError> {
+/// `--initial-cluster` as name -> peer URLs, checked as etcd checks it: `name` is listed
+/// with exactly `advertise_peer_urls`, and no peer URL is listed twice. Unset, it is the
+/// member alone.
+pub fn parse_initial_cluster(
+    name: &str,
+    initial_cluster: Option<&str>,
+    advertise_peer_urls: &[String],
+) -> Result<BTreeMap<String, Vec<String>>, ConfigError> {
+    let ic = initial_cluster.map(str::to_string).unwrap_or_else(|| {
+        format!(
+            "{}={}",
+            name,
+            advertise_peer_urls.join(&format!(",{}=", name))
+        )
+    });
+    let mut initial_cluster: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for part in ic.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (n, u) = part.split_once('=').ok_or_else(|| {
+            ConfigError(format!("--initial-cluster: {part:?} is not name=peerURL"))
+        })?;
+        url_addr("initial-cluster", u)?;
+        initial_cluster
+            .entry(n.to_string())
+            .or_default()
+            .push(u.to_string());
+    }
+    let Some(mine) = initial_cluster.get(name) else {
+        return err(format!(
+            "couldn't find local name {:?} in the initial cluster configuration",
+            name
+        ));
+    };
+    let (mut a, mut b) = (mine.clone(), advertise_peer_urls.to_vec());
+    a.sort();
+    b.sort();
+    if a != b {
+        return err(format!(
+            "--initial-cluster has {}={} but missing from --initial-advertise-peer-urls={} (\"{}\"(resolved from {:?}) != \"{}\"(resolved from {:?}))",
+            name,
+            mine.join(","),
+            advertise_peer_urls.join(","),
+            b.join(","),
+            advertise_peer_urls,
+            a.join(","),
+            mine
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for u in initial_cluster.values().flatten() {
+        if !seen.insert(u) {
+            return err(format!("--initial-cluster: peer URL {u} is listed twice"));
+        }
+    }
+    Ok(initial_cluster)
+}
+
+pub(crate) fn split_urls(flag: &str, s: &str) -> Result<Vec<String>, ConfigError> {
     let v: Vec<String> = s
         .split(',')
         .map(|u| u.trim().to_string())
@@ -412,51 +468,11 @@ impl Flags {
                 ))
             }
         };
-        let ic = self.initial_cluster.clone().unwrap_or_else(|| {
-            format!(
-                "{}={}",
-                self.name,
-                advertise_peer_urls.join(&format!(",{}=", self.name))
-            )
-        });
-        let mut initial_cluster: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for part in ic.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (n, u) = part.split_once('=').ok_or_else(|| {
-                ConfigError(format!("--initial-cluster: {part:?} is not name=peerURL"))
-            })?;
-            url_addr("initial-cluster", u)?;
-            initial_cluster
-                .entry(n.to_string())
-                .or_default()
-                .push(u.to_string());
-        }
-        let Some(mine) = initial_cluster.get(&self.name) else {
-            return err(format!(
-                "couldn't find local name {:?} in the initial cluster configuration",
-                self.name
-            ));
-        };
-        let (mut a, mut b) = (mine.clone(), advertise_peer_urls.clone());
-        a.sort();
-        b.sort();
-        if a != b {
-            return err(format!(
-                "--initial-cluster has {}={} but missing from --initial-advertise-peer-urls={} (\"{}\"(resolved from {:?}) != \"{}\"(resolved from {:?}))",
-                self.name,
-                mine.join(","),
-                advertise_peer_urls.join(","),
-                b.join(","),
-                advertise_peer_urls,
-                a.join(","),
-                mine
-            ));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for u in initial_cluster.values().flatten() {
-            if !seen.insert(u) {
-                return err(format!("--initial-cluster: peer URL {u} is listed twice"));
-            }
-        }
+        let initial_cluster = parse_initial_cluster(
+            &self.name,
+            self.initial_cluster.as_deref(),
+            &advertise_peer_urls,
+        )?;
         if self.heartbeat_interval == 0 || self.election_timeout < 5 * self.heartbeat_interval {
             return err(format!(
                 "--election-timeout[{}ms] should be at least 5 times as --heartbeat-interval[{}ms]",

@@ -52,28 +52,12 @@ pub async fn load_or_create(
         return Ok((id, false));
     }
     let ident = match cfg.initial_cluster_state {
-        ClusterState::New => {
-            let initial_members: BTreeMap<u64, Vec<String>> = cfg
-                .initial_cluster
-                .values()
-                .map(|urls| {
-                    (
-                        compute_member_id(urls, &cfg.initial_cluster_token, None),
-                        urls.clone(),
-                    )
-                })
-                .collect();
-            let member_id =
-                compute_member_id(&cfg.advertise_peer_urls, &cfg.initial_cluster_token, None);
-            let ids: Vec<u64> = initial_members.keys().copied().collect();
-            Identity {
-                format: FORMAT,
-                member_id,
-                cluster_id: compute_cluster_id(&ids),
-                name: cfg.name.clone(),
-                initial_members,
-            }
-        }
+        ClusterState::New => new_cluster(
+            &cfg.name,
+            &cfg.advertise_peer_urls,
+            &cfg.initial_cluster,
+            &cfg.initial_cluster_token,
+        ),
         ClusterState::Existing => {
             let (member_id, cluster_id) = discover(cfg, channels).await?;
             Identity {
@@ -85,16 +69,45 @@ pub async fn load_or_create(
             }
         }
     };
+    store(dir, &ident)?;
+    Ok((ident, true))
+}
+
+/// The identity of member `name` of a new cluster: ids derived from peer URLs and token as
+/// etcd derives them, so every member (and a restore) computes the same ones.
+pub fn new_cluster(
+    name: &str,
+    advertise_peer_urls: &[String],
+    initial_cluster: &BTreeMap<String, Vec<String>>,
+    token: &str,
+) -> Identity {
+    let initial_members: BTreeMap<u64, Vec<String>> = initial_cluster
+        .values()
+        .map(|urls| (compute_member_id(urls, token, None), urls.clone()))
+        .collect();
+    let ids: Vec<u64> = initial_members.keys().copied().collect();
+    Identity {
+        format: FORMAT,
+        member_id: compute_member_id(advertise_peer_urls, token, None),
+        cluster_id: compute_cluster_id(&ids),
+        name: name.to_string(),
+        initial_members,
+    }
+}
+
+/// Writes `ident` as `dir/member.json`: a temp file, fsynced, renamed, directory fsynced.
+pub fn store(dir: &Path, ident: &Identity) -> std::io::Result<()> {
+    let path = dir.join(FILE);
     let tmp = dir.join(format!("{FILE}.tmp"));
     {
         use std::io::Write;
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(&ident).expect("serializable"))?;
+        f.write_all(&serde_json::to_vec_pretty(ident).expect("serializable"))?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, &path)?;
     std::fs::File::open(dir)?.sync_all()?;
-    Ok((ident, true))
+    Ok(())
 }
 
 /// Asks the other members of `--initial-cluster` which id this member was added under.

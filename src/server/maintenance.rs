@@ -14,6 +14,8 @@ pub const ETCD_VERSION: &str = "3.5.17";
 
 pub struct MaintenanceService {
     pub ctx: ServerCtx,
+    /// Where backups for clients are written before they are streamed.
+    pub backup_dir: std::path::PathBuf,
 }
 
 fn not_yet(what: &str) -> Status {
@@ -93,13 +95,20 @@ impl Maintenance for MaintenanceService {
         Err(not_yet("HashKV"))
     }
 
-    type SnapshotStream = futures::stream::Empty<Result<SnapshotResponse, Status>>;
+    type SnapshotStream = super::backup::stream::SnapshotStream;
 
     async fn snapshot(
         &self,
         _r: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(not_yet("Snapshot"))
+        let ctx = self.ctx.clone();
+        let stream = super::backup::stream::snapshot(
+            self.ctx.node.sm.clone(),
+            self.backup_dir.clone(),
+            move |rev| ctx.header(rev),
+        )
+        .await?;
+        Ok(Response::new(stream))
     }
 
     async fn move_leader(

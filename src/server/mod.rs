@@ -10,6 +10,7 @@
 //! <data-dir>/member/sm/snap/     Raft snapshot files
 //! ```
 
+pub mod backup;
 pub mod cluster;
 mod compactor;
 pub mod config;

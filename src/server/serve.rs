@@ -116,7 +116,7 @@ pub fn serve(
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
-    let services = client_services(cfg, &ctx, max_msg);
+    let services = client_services(cfg, member, &ctx, max_msg);
     for l in listeners.client {
         let fut = tonic::transport::Server::builder()
             // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
@@ -174,7 +174,12 @@ pub fn serve(
 }
 
 /// The etcd services, each refusing what a learner must not answer.
-fn client_services(cfg: &Config, ctx: &ServerCtx, max_msg: usize) -> gateway::Services {
+fn client_services(
+    cfg: &Config,
+    member: &MemberDir,
+    ctx: &ServerCtx,
+    max_msg: usize,
+) -> gateway::Services {
     let node = &ctx.node;
     gateway::Services {
         max_msg,
@@ -204,8 +209,11 @@ fn client_services(cfg: &Config, ctx: &ServerCtx, max_msg: usize) -> gateway::Se
             node.clone(),
         ),
         maintenance: LearnerGuard::new(
-            MaintenanceServer::new(maintenance::MaintenanceService { ctx: ctx.clone() })
-                .max_decoding_message_size(max_msg),
+            MaintenanceServer::new(maintenance::MaintenanceService {
+                ctx: ctx.clone(),
+                backup_dir: member.backup_dir(),
+            })
+            .max_decoding_message_size(max_msg),
             node.clone(),
         ),
     }

@@ -35,12 +35,26 @@ pub struct MemberDir {
     pub channels: Channels,
 }
 
+impl MemberDir {
+    /// Where backups for clients are written before they are streamed (emptied at start).
+    pub fn backup_dir(&self) -> PathBuf {
+        self.dir.join("backup")
+    }
+}
+
 /// Makes `member/` durable and loads (or creates) the member's identity.
 pub async fn open_member(cfg: &Config) -> Result<MemberDir, ServerError> {
+    if let Some(marker) = super::backup::etcd_dir::etcd_marker(&cfg.data_dir) {
+        return Err(ServerError::Config(super::backup::etcd_dir::refusal(
+            &cfg.data_dir,
+            &marker,
+        )));
+    }
     let dir = cfg.data_dir.join("member");
     crate::wal::create_dir_durable(&crate::wal::RealFs, &dir)?;
     let channels = Channels::from_env().map_err(ServerError::Config)?;
     let (ident, fresh) = identity::load_or_create(cfg, &dir, &channels).await?;
+    super::backup::stream::clean(&dir.join("backup"))?;
     tracing::info!(
         name = %cfg.name,
         member_id = %format!("{:x}", ident.member_id),

@@ -8,6 +8,7 @@ mod endpoint;
 mod kv;
 mod lease;
 mod member;
+mod snapshot;
 mod txn;
 mod watch;
 
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::cli::{
     CheckCommand, Cli, Command, EndpointCommand, GlobalArgs, LeaseCommand, MemberCommand,
+    SnapshotCommand,
 };
 use crate::client::Conn;
 use crate::error::CliError;
@@ -91,6 +93,11 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             LeaseCommand::KeepAlive(a) => lease::keep_alive(&ctx, a).await,
         },
         Command::MoveLeader(a) => member::move_leader(&ctx, a).await,
+        Command::Snapshot(s) => match s.command {
+            SnapshotCommand::Save(a) => snapshot::save(&ctx, a).await,
+            SnapshotCommand::Restore(a) => snapshot::restore(&ctx, a),
+            SnapshotCommand::Status(a) => snapshot::status(&ctx, a),
+        },
         Command::Check(c) => match c.command {
             CheckCommand::Perf(a) => check_perf::perf(&ctx, a).await,
             CheckCommand::Disk(a) => check_disk::disk(&ctx, a).await,
