@@ -204,3 +204,123 @@ async fn membership_upto(
     }
     Ok(sm.membership()?.membership().clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::types::Member;
+    use openraft::storage::RaftLogReader;
+
+    fn member(i: u64) -> Member {
+        Member {
+            peer_urls: vec![format!("http://127.0.0.1:{}", 2380 + i)],
+        }
+    }
+
+    fn id(term: u64, node: NodeId, index: u64) -> LogId {
+        LogId::new(<LogId as LogIdLeader>::leader(term, node), index)
+    }
+
+    /// A log of three members led by 2 in term 3: the configuration at 1, blanks at 2..=4,
+    /// committed (durably) up to 3.
+    async fn three_member_log(dir: &std::path::Path) -> (LogStore, StateMachine) {
+        let mut log = LogStore::open(&dir.join("wal")).unwrap();
+        let sm = StateMachine::open(&dir.join("sm")).unwrap();
+        let all = Membership::new(
+            vec![BTreeSet::from([1, 2, 3])],
+            BTreeMap::from([(1, member(1)), (2, member(2)), (3, member(3))]),
+        )
+        .unwrap();
+        let mut entries = vec![Entry::new_membership(id(3, 2, 1), all)];
+        entries.extend((2..=4).map(|i| Entry::new_blank(id(3, 2, i))));
+        log.append(entries, IOFlushed::noop()).await.unwrap();
+        log.save_vote(&Vote::new_committed(3, 2)).await.unwrap();
+        log.save_committed(Some(id(3, 2, 3))).await.unwrap();
+        log.flush_committed().await.unwrap();
+        (log, sm)
+    }
+
+    #[tokio::test]
+    async fn forced_log_keeps_the_committed_prefix_and_ends_with_a_one_voter_config() {
+        let d = tempfile::tempdir().unwrap();
+        let (log, sm) = three_member_log(d.path()).await;
+        let forced = force_new_cluster(&log, &sm, 1).await.unwrap();
+        assert_eq!(
+            forced,
+            Forced {
+                kept: 3,
+                discarded: 1,
+                removed: vec![2, 3],
+                term: Some(4),
+            }
+        );
+        drop((log, sm));
+
+        // Durable: a reopened log holds exactly that.
+        let mut log = LogStore::open(&d.path().join("wal")).unwrap();
+        let sm = StateMachine::open(&d.path().join("sm")).unwrap();
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(id(4, 1, 4)));
+        let last = log.try_get_log_entries(4..5).await.unwrap();
+        let m = last[0].get_membership().expect("a configuration");
+        assert_eq!(m.voter_ids().collect::<Vec<_>>(), [1]);
+        assert_eq!(m.nodes().count(), 1);
+        assert_eq!(log.read_committed().await.unwrap(), Some(id(4, 1, 4)));
+        assert_eq!(
+            log.read_vote().await.unwrap(),
+            Some(Vote::new_committed(4, 1))
+        );
+        assert_eq!(
+            log.try_get_log_entries(3..4).await.unwrap()[0].log_id(),
+            id(3, 2, 3),
+            "the committed prefix is untouched"
+        );
+
+        // The flag left set: already alone, nothing more to do.
+        let again = force_new_cluster(&log, &sm, 1).await.unwrap();
+        assert_eq!(again.term, None);
+        assert_eq!(again.discarded, 0);
+        assert_eq!(
+            log.get_log_state().await.unwrap().last_log_id,
+            Some(id(4, 1, 4))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_half_done_force_is_redone_at_a_newer_term() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut log, sm) = three_member_log(d.path()).await;
+        // As if a first attempt crashed after appending its entry and saving its vote, before
+        // moving the committed id: that entry is uncommitted and gets cut.
+        let solo =
+            Membership::new(vec![BTreeSet::from([1])], BTreeMap::from([(1, member(1))])).unwrap();
+        log.truncate_after(Some(id(3, 2, 3))).await.unwrap();
+        log.append(
+            [Entry::new_membership(id(4, 1, 4), solo)],
+            IOFlushed::noop(),
+        )
+        .await
+        .unwrap();
+        log.save_vote(&Vote::new_committed(4, 1)).await.unwrap();
+
+        let forced = force_new_cluster(&log, &sm, 1).await.unwrap();
+        assert_eq!(
+            (forced.kept, forced.discarded, forced.term),
+            (3, 1, Some(5))
+        );
+        assert_eq!(
+            log.get_log_state().await.unwrap().last_log_id,
+            Some(id(5, 1, 4))
+        );
+        assert_eq!(log.read_committed().await.unwrap(), Some(id(5, 1, 4)));
+    }
+
+    #[tokio::test]
+    async fn an_empty_log_is_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let log = LogStore::open(&d.path().join("wal")).unwrap();
+        let sm = StateMachine::open(&d.path().join("sm")).unwrap();
+        let forced = force_new_cluster(&log, &sm, 1).await.unwrap();
+        assert_eq!((forced.kept, forced.term), (0, None));
+    }
+}
