@@ -144,6 +144,8 @@ pub enum Command {
     Txn(TxnArgs),
     /// Compacts the event history in etcd
     Compaction(CompactionArgs),
+    /// Defragments the storage of the etcd members with given endpoints
+    Defrag(DefragArgs),
     /// Endpoint related commands
     Endpoint(EndpointArgs),
     /// Alarm related commands
@@ -306,6 +308,16 @@ pub struct CompactionArgs {
     /// Wait for the compaction to physically remove all old revisions
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
     pub physical: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DefragArgs {
+    /// use all endpoints from the cluster member list
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub cluster: bool,
+    /// Arguments etcdctl's defrag ignores.
+    #[arg(hide = true)]
+    pub ignored: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -23,6 +23,9 @@
 //! - Nothing here is persistent. A crash or a close loses the queue, harmlessly: opening or
 //!   loading a store compacts the rebuilt index at the stored compacted revision and queues
 //!   what that removes ([`super::MvccStore::open`]).
+//! - [`Garbage::done`] only grows, and names a compaction C only once every record that C
+//!   and every earlier compaction removed is deleted from the engine (not yet flushed): what
+//!   a physical Compact waits for (etcd's `physc`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -41,12 +44,24 @@ pub const CHUNK: usize = 256;
 /// takes at most a third of a CPU per member, so the members' writes keep theirs.
 const REST_FACTOR: u32 = 2;
 
-#[derive(Default)]
 pub(crate) struct Garbage {
     queue: Mutex<Queue>,
     /// Held while a step runs; [`Self::close`] takes it to wait for one in flight.
     running: Mutex<()>,
     closed: AtomicBool,
+    /// The highest compaction whose records are all deleted (see the module doc).
+    done: tokio::sync::watch::Sender<i64>,
+}
+
+impl Default for Garbage {
+    fn default() -> Self {
+        Garbage {
+            queue: Mutex::default(),
+            running: Mutex::default(),
+            closed: AtomicBool::default(),
+            done: tokio::sync::watch::Sender::new(super::NEVER_COMPACTED),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -57,6 +72,8 @@ struct Queue {
     revs: Vec<Revision>,
     /// When the current run of work started, and how many records it has deleted.
     since: Option<(Instant, usize)>,
+    /// The highest compaction whose work is queued: done once the queue is empty.
+    target: i64,
 }
 
 /// What one [`Garbage::step`] did.
@@ -78,7 +95,39 @@ impl Garbage {
     pub fn schedule(&self, at: i64) {
         let mut q = lock(&self.queue);
         q.scheduled = Some(q.scheduled.map_or(at, |s| s.max(at)));
+        q.target = q.target.max(at);
         q.since.get_or_insert((Instant::now(), 0));
+    }
+
+    /// Records that the work of the compaction at `at` is queued (or was never needed):
+    /// [`Self::done`] reaches `at` once the queue is empty.
+    pub fn note(&self, at: i64) {
+        let mut q = lock(&self.queue);
+        q.target = q.target.max(at);
+        self.publish_if_empty(&q);
+    }
+
+    /// Publishes the queue's target as done if nothing is left to do.
+    fn publish_if_empty(&self, q: &Queue) {
+        if q.scheduled.is_none() && q.revs.is_empty() {
+            let target = q.target;
+            self.done.send_if_modified(|d| {
+                let raise = target > *d;
+                if raise {
+                    *d = target;
+                }
+                raise
+            });
+        }
+    }
+
+    /// Waits until every record that the compaction at `at` removed is deleted from the
+    /// engine. Waits forever for a compaction that never reaches the engine (a closed store).
+    /// While anyone waits, the collector does not rest between chunks.
+    pub async fn wait_done(&self, at: i64) {
+        let mut rx = self.done.subscribe();
+        // The sender lives as long as `self`.
+        let _ = rx.wait_for(|d| *d >= at).await;
     }
 
     /// Queues records to delete (already removed from the index).
@@ -137,6 +186,7 @@ impl Garbage {
                 "compacted the key index"
             );
             self.add(&removed);
+            self.publish_if_empty(&lock(&self.queue));
             return Ok(Step::Worked {
                 rest: Duration::ZERO,
             });
@@ -163,6 +213,7 @@ impl Garbage {
         if let Some((_, n)) = &mut q.since {
             *n += chunk.len();
         }
+        self.publish_if_empty(&q);
         if q.revs.is_empty() && q.scheduled.is_none() {
             if let Some((since, n)) = q.since.take() {
                 tracing::info!(
@@ -172,8 +223,13 @@ impl Garbage {
                 );
             }
         }
-        Ok(Step::Worked {
-            rest: took * REST_FACTOR,
-        })
+        // A physical compaction's client is waiting for this work: no rests then (etcd's
+        // physical compaction is not paced differently, but its deletion is not paced at all).
+        let rest = if self.done.receiver_count() > 0 {
+            Duration::ZERO
+        } else {
+            took * REST_FACTOR
+        };
+        Ok(Step::Worked { rest })
     }
 }

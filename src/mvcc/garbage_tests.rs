@@ -113,3 +113,58 @@ fn collector_deletes_a_large_compaction_in_chunks_while_applies_go_on() {
 fn get_value(s: &MvccStore, k: &str) -> Vec<u8> {
     s.get_at(k.as_bytes(), 0).unwrap().unwrap().value
 }
+
+/// A physical compaction waits for the collector: when `wait_physically_compacted` returns,
+/// the records are gone from the engine (etcd's `physc`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn physical_wait_ends_when_the_records_are_deleted() {
+    let (_d, _db, s) = temp_store();
+    let n = 3 * garbage::CHUNK;
+    for i in 0..n {
+        put(&s, &format!("k{}", i % 10), "v");
+    }
+    let at = s.current_revision();
+    compact(&s, at).unwrap();
+    s.wait_physically_compacted(at).await.unwrap();
+    assert_eq!(
+        history(&s).len(),
+        10,
+        "only each key's revision at the compaction is left"
+    );
+    // Already done: returns at once, also for an older compaction.
+    s.wait_physically_compacted(at).await.unwrap();
+    s.wait_physically_compacted(2).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn physical_wait_for_a_compaction_with_nothing_to_delete_ends() {
+    let (_d, _db, s) = temp_store();
+    put(&s, "a", "1");
+    put(&s, "b", "1");
+    compact(&s, 3).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), s.wait_physically_compacted(3))
+        .await
+        .expect("no records to delete: done after the persist")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn physical_wait_is_not_done_while_the_collector_is_stopped() {
+    let (_d, _db, s) = temp_store();
+    compacted_with_garbage_left(&s);
+    let waited = tokio::time::timeout(Duration::from_millis(500), s.wait_physically_compacted(5));
+    assert!(waited.await.is_err(), "records are still in the engine");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopened_store_finishes_the_deletion_a_close_left_and_says_so() {
+    let (_d, db, s) = temp_store();
+    compacted_with_garbage_left(&s);
+    drop(s);
+    let s = MvccStore::open(db.clone()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), s.wait_physically_compacted(5))
+        .await
+        .expect("the reopened store deletes what the compaction at 5 removed")
+        .unwrap();
+    assert_eq!(history(&s), [3, 6]);
+}

@@ -38,49 +38,18 @@ use super::key_range::KeyRange;
 use super::view::View;
 use super::{MvccStore, NEVER_COMPACTED};
 
-/// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), Go's `crc32.MakeTable(Castagnoli)`.
-#[derive(Clone, Copy, Debug)]
+/// CRC-32C (Castagnoli), Go's `crc32.MakeTable(Castagnoli)`, fed in pieces (the `crc32c`
+/// crate, with the CPU's instruction where there is one).
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Crc32c(u32);
-
-const fn crc32c_table() -> [u32; 256] {
-    let mut t = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82F6_3B78
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        t[i] = c;
-        i += 1;
-    }
-    t
-}
-
-static CRC32C: [u32; 256] = crc32c_table();
-
-impl Default for Crc32c {
-    fn default() -> Self {
-        Crc32c(!0)
-    }
-}
 
 impl Crc32c {
     pub fn update(&mut self, data: &[u8]) {
-        let mut c = self.0;
-        for b in data {
-            c = CRC32C[((c ^ *b as u32) & 0xff) as usize] ^ (c >> 8);
-        }
-        self.0 = c;
+        self.0 = crc32c::crc32c_append(self.0, data);
     }
 
     pub fn sum(&self) -> u32 {
-        !self.0
+        self.0
     }
 }
 

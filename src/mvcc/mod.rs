@@ -43,19 +43,21 @@
 //! - One applier: [`MvccStore::apply`] and [`MvccStore::load`] serialize on a mutex;
 //!   reads run concurrently and lock-free.
 //! - History is deleted only by the background compaction ([`garbage`]) or a load, and both
-//!   first wait until no snapshot [`Image`] is being copied: an image reads its history from
+//!   (and a [`defrag`], which replaces the engine) first wait until no snapshot [`Image`] is
+//!   being copied: an image reads its history from
 //!   the engine after applies have moved on, and everything up to its revision is still there.
 //!   (An image may also hold compacted records not yet deleted; loading it compacts again.)
 //!
 //! # Modules
 //! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
 //! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `etcd_image` (after the store
-//! type); `garbage`; `pending`; `view`; `apply`; this module with `load` and `hash` (more
-//! `impl MvccStore`: snapshot loads, etcd's HashKV and kvd's Hash); `failpoint` beside
-//! `engine`. A module uses only modules before it.
+//! type); `garbage`; `pending`; `view`; `apply`; this module with `load`, `hash` and `defrag`
+//! (more `impl MvccStore`: snapshot loads, etcd's HashKV and kvd's Hash, defragmentation);
+//! `failpoint` beside `engine`. A module uses only modules before it.
 
 mod apply;
 mod check;
+mod defrag;
 pub mod engine;
 mod error;
 pub mod etcd_format;
@@ -88,6 +90,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
+pub use defrag::Copied;
 pub use engine::{Engine, SledEngine, StoreEngine};
 pub use error::MvccError;
 pub use etcd_image::{entries_from_etcd, Pairs, TreeEntries};
@@ -332,6 +335,7 @@ impl MvccStore {
                 );
             }
             i.pending.garbage.add(&garbage);
+            i.pending.garbage.note(compacted);
         }
         Ok(())
     }
@@ -740,6 +744,17 @@ impl MvccStore {
             drop(running);
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Waits until the compaction at `rev` (applied on this store) has deleted every record
+    /// it removed from the engine, then makes that durable: etcd's physical compaction, which
+    /// answers only once its records are gone (and force-commits bbolt).
+    pub async fn wait_physically_compacted(&self, rev: i64) -> Result<(), MvccError> {
+        self.inner.pending.garbage.wait_done(rev).await;
+        let engine = self.inner.engine.clone();
+        tokio::task::spawn_blocking(move || engine.flush())
+            .await
+            .map_err(|e| MvccError::Storage(format!("flushing after a compaction: {e}")))?
     }
 
     /// Persists the pending buffer and flushes the engine (apply never does).

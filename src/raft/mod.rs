@@ -6,7 +6,9 @@
 pub mod alarm_set;
 mod background;
 pub mod backup;
+pub mod engine_dir;
 pub mod error;
+pub mod force_new_cluster;
 pub mod lessor;
 pub mod limits;
 pub mod links;

@@ -97,6 +97,11 @@ pub struct SmShared {
     revision_tx: watch::Sender<i64>,
     /// The active alarms, as the applied state holds them.
     pub alarms: AlarmSet,
+    /// The current engine generation's directory (see `engine_dir`).
+    db_dir: std::sync::Mutex<PathBuf>,
+    /// Held for writing by a defragmentation; applies, snapshot builds and installs take it
+    /// for reading first (see `defrag`).
+    defrag_gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 #[derive(Clone)]
@@ -121,9 +126,9 @@ impl StateMachine {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let snap_dir = dir.join("snap");
         crate::wal::create_dir_durable(&crate::wal::RealFs, &snap_dir)?;
-        crate::wal::create_dir_durable(&crate::wal::RealFs, &dir.join("db"))?;
+        let db_dir = super::engine_dir::open_current(dir)?;
         snapshot_file::remove_temporaries(&snap_dir)?;
-        let mvcc = MvccStore::open(StoreEngine::open(&dir.join("db"))?)?;
+        let mvcc = MvccStore::open(StoreEngine::open(&db_dir)?)?;
         let (applied_tx, _) = watch::channel(0);
         let (revision_tx, _) = watch::channel(mvcc.current_revision());
         let sm = StateMachine {
@@ -136,6 +141,8 @@ impl StateMachine {
                 applied_tx,
                 revision_tx,
                 alarms: AlarmSet::default(),
+                db_dir: std::sync::Mutex::new(db_dir),
+                defrag_gate: Arc::new(tokio::sync::RwLock::new(())),
             }),
         };
         sm.repair_from_snapshot()?;
@@ -423,6 +430,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some(item) = entries.next().await {
             batch.push(item?);
         }
+        // A defragmentation pauses applies (awaited: no runtime thread blocks).
+        let _defrag = self.shared.defrag_gate.read().await;
         let Some(last) = batch.last().map(|(e, _)| e.log_id()) else {
             return Ok(());
         };
@@ -569,6 +578,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         // Runs on the state-machine task, so no apply interleaves with taking the image; the
         // history itself is copied by `build_snapshot`, while applies go on.
+        let _defrag = self.shared.defrag_gate.read().await;
         let image = (|| -> Result<_, StoreError> {
             Ok((
                 self.last_applied()?,
@@ -587,6 +597,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: Vec<u8>,
     ) -> Result<(), io::Error> {
+        let _defrag = self.shared.defrag_gate.read().await;
         // Readers wait for the end of the install rather than see a half-loaded store.
         let _no_reads = self.shared.install_gate.write().await;
         // Writing a whole key space into the engine takes seconds; the worker's other tasks
@@ -683,6 +694,10 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
         _ => f(),
     }
 }
+
+#[path = "defrag.rs"]
+mod defrag;
+pub use defrag::Defragmented;
 
 #[cfg(test)]
 #[path = "apply_tests.rs"]

@@ -54,6 +54,7 @@ pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<Typ
 pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
 pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Vec<u8>>;
 pub type Membership = openraft::Membership<NodeId, Member>;
+pub type LeaderId = openraft::type_config::alias::LeaderIdOf<TypeConfig>;
 pub type Raft = openraft::Raft<TypeConfig, crate::raft::state_machine::StateMachine>;
 /// Why openraft stopped (a storage error, a panic in its core, or a shutdown).
 pub type Fatal = openraft::error::Fatal<TypeConfig>;

@@ -141,6 +141,24 @@ pub struct Flags {
         default_value = "0s"
     )]
     pub experimental_corrupt_check_time: String,
+    // Compaction, defragment and force-new-cluster (issue 18)
+    /// Interpret --auto-compaction-retention as 'periodic' (a duration) or 'revision' (a count).
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
+    pub auto_compaction_mode: String,
+    /// Auto compaction retention: periodic mode a Go duration or a number of hours, revision
+    /// mode a number of revisions; 0 disables auto compaction.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    pub auto_compaction_retention: String,
+    /// Force to create a new one-member cluster from this member's data (quorum-loss recovery).
+    #[arg(
+        long,
+        env = "ETCD_FORCE_NEW_CLUSTER",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
+    pub force_new_cluster: bool,
 }
 
 // Quota, alarms and corruption checks (issue 18)
@@ -193,6 +211,84 @@ pub struct Config {
     /// Not a flag: where the WAL lives. Always the default (real files, fdatasync) from flags;
     /// in-process power-loss tests put a simulated file system here.
     pub wal: crate::wal::WalBackend,
+
+    // Compaction, defragment and force-new-cluster (issue 18)
+    /// `--auto-compaction-*`; `None` when the retention is 0 (off, etcd's default).
+    pub auto_compaction: Option<AutoCompaction>,
+    /// `--force-new-cluster`: start as the only voter of this member's cluster.
+    pub force_new_cluster: bool,
+}
+
+// Compaction, defragment and force-new-cluster (issue 18)
+/// What `--auto-compaction-mode` and `--auto-compaction-retention` ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoCompaction {
+    /// Keep the history of the last `retention` (etcd's `periodic`).
+    Periodic(Duration),
+    /// Keep the last `retention` revisions, checked every 5 minutes (etcd's `revision`).
+    Revision(i64),
+}
+
+impl AutoCompaction {
+    /// etcd 3.4's parsing (`embed` and `v3compactor.New`): a non-negative integer is hours in
+    /// periodic mode and revisions in revision mode; anything else must be a Go duration (in
+    /// revision mode etcd then takes its nanoseconds as the revision count, and so does kvd).
+    /// A zero retention turns auto compaction off.
+    pub fn parse(mode: &str, retention: &str) -> Result<Option<AutoCompaction>, ConfigError> {
+        let periodic = match mode {
+            "periodic" => true,
+            "revision" => false,
+            m => return err(format!("unknown auto-compaction-mode {m:?}")),
+        };
+        let parsed = match retention.parse::<i64>() {
+            Ok(n) if n >= 0 => {
+                if periodic {
+                    AutoCompaction::Periodic(Duration::from_secs(n as u64 * 3600))
+                } else {
+                    AutoCompaction::Revision(n)
+                }
+            }
+            _ => {
+                let d = parse_retention_duration(retention)?;
+                if periodic {
+                    AutoCompaction::Periodic(d)
+                } else {
+                    AutoCompaction::Revision(d.as_nanos().min(i64::MAX as u128) as i64)
+                }
+            }
+        };
+        Ok(match parsed {
+            AutoCompaction::Periodic(d) if d.is_zero() => None,
+            AutoCompaction::Revision(0) => None,
+            a => Some(a),
+        })
+    }
+}
+
+/// A Go duration for `--auto-compaction-retention`, with Go's messages for a number without a
+/// unit. Negative durations (Go accepts them, and etcd then compacts on every tick) are refused.
+fn parse_retention_duration(s: &str) -> Result<Duration, ConfigError> {
+    let bad = |why: &str| {
+        ConfigError(format!(
+            "error parsing CompactionRetention: time: {why} {s:?}"
+        ))
+    };
+    let unsigned = s.strip_prefix(['-', '+']).unwrap_or(s);
+    let number = unsigned.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && unsigned.chars().any(|c| c.is_ascii_digit());
+    if number && unsigned != "0" {
+        return Err(bad("missing unit in duration"));
+    }
+    if s.starts_with('-') {
+        return if parse_go_duration("auto-compaction-retention", unsigned).is_ok() {
+            Err(ConfigError(format!(
+                "error parsing CompactionRetention: negative retention {s:?}"
+            )))
+        } else {
+            Err(bad("invalid duration"))
+        };
+    }
+    parse_go_duration("auto-compaction-retention", s).map_err(|_| bad("invalid duration"))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -478,6 +574,12 @@ impl Flags {
                 &self.experimental_corrupt_check_time,
             )?,
             wal: Default::default(),
+            // Compaction, defragment and force-new-cluster (issue 18)
+            auto_compaction: AutoCompaction::parse(
+                &self.auto_compaction_mode,
+                &self.auto_compaction_retention,
+            )?,
+            force_new_cluster: self.force_new_cluster,
         })
     }
 }
@@ -562,6 +664,79 @@ mod tests {
             .map_err(|e| e.to_string())?
             .validate()
             .map_err(|e| e.0)
+    }
+
+    #[test]
+    fn auto_compaction_flags_parse_as_etcd_3_4() {
+        use AutoCompaction::*;
+        let ac = |a: &[&str]| flags(a).map(|c| c.auto_compaction);
+        assert_eq!(ac(&[]), Ok(None));
+        assert_eq!(
+            ac(&["--auto-compaction-retention", "1"]),
+            Ok(Some(Periodic(Duration::from_secs(3600))))
+        );
+        assert_eq!(
+            ac(&["--auto-compaction-retention=2s"]),
+            Ok(Some(Periodic(Duration::from_secs(2))))
+        );
+        assert_eq!(
+            ac(&["--auto-compaction-retention=90m"]),
+            Ok(Some(Periodic(Duration::from_secs(5400))))
+        );
+        assert_eq!(
+            ac(&[
+                "--auto-compaction-mode=revision",
+                "--auto-compaction-retention=1000"
+            ]),
+            Ok(Some(Revision(1000)))
+        );
+        assert_eq!(
+            ac(&[
+                "--auto-compaction-mode=revision",
+                "--auto-compaction-retention=1ms"
+            ]),
+            Ok(Some(Revision(1_000_000)))
+        );
+        assert_eq!(ac(&["--auto-compaction-retention=0"]), Ok(None));
+        assert_eq!(ac(&["--auto-compaction-retention=0s"]), Ok(None));
+        assert_eq!(
+            ac(&[
+                "--auto-compaction-mode=foo",
+                "--auto-compaction-retention=1"
+            ]),
+            Err("unknown auto-compaction-mode \"foo\"".into())
+        );
+        assert_eq!(
+            ac(&["--auto-compaction-retention=abc"]),
+            Err("error parsing CompactionRetention: time: invalid duration \"abc\"".into())
+        );
+        assert_eq!(
+            ac(&["--auto-compaction-retention=-1"]),
+            Err("error parsing CompactionRetention: time: missing unit in duration \"-1\"".into())
+        );
+        assert_eq!(
+            ac(&[
+                "--auto-compaction-mode=revision",
+                "--auto-compaction-retention=1.5"
+            ]),
+            Err("error parsing CompactionRetention: time: missing unit in duration \"1.5\"".into())
+        );
+    }
+
+    #[test]
+    fn force_new_cluster_takes_go_bool_forms() {
+        assert!(!flags(&[]).unwrap().force_new_cluster);
+        assert!(flags(&["--force-new-cluster"]).unwrap().force_new_cluster);
+        assert!(
+            flags(&["--force-new-cluster=true"])
+                .unwrap()
+                .force_new_cluster
+        );
+        assert!(
+            !flags(&["--force-new-cluster=false"])
+                .unwrap()
+                .force_new_cluster
+        );
     }
 
     #[test]

@@ -117,8 +117,17 @@ impl Kv for KvService {
         req: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
         let (md, _, r) = req.into_parts();
+        let physical = r.physical.then_some(r.revision);
         match self.write(&md, In::Compaction(r)).await? {
             Out::Compaction(mut c) => {
+                if let Some(rev) = physical {
+                    // As etcd: answer once this member has deleted the compacted records.
+                    let store = self.ctx.node.sm.store();
+                    store
+                        .wait_physically_compacted(rev)
+                        .await
+                        .map_err(ApiError::from)?;
+                }
                 c.header = self.ctx.header(c.header.map_or(0, |h| h.revision));
                 Ok(Response::new(c))
             }

@@ -16,8 +16,6 @@ pub const ETCD_VERSION: &str = "3.5.17";
 
 pub struct MaintenanceService {
     pub ctx: ServerCtx,
-    /// The state machine database directory, whose size is reported as etcd's dbSize.
-    pub db_dir: std::path::PathBuf,
     /// Where backups for clients are written before they are streamed.
     pub backup_dir: std::path::PathBuf,
 }
@@ -48,7 +46,8 @@ impl Maintenance for MaintenanceService {
     async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let node = &self.ctx.node;
         let m = node.raft.metrics().borrow_watched().clone();
-        let db_size = dir_size(&self.db_dir) as i64;
+        let db_size = dir_size(&node.sm.db_dir()) as i64;
+        let db_size_in_use = super::defrag::size_in_use(node).await as i64;
         let recent = node.log.wal().recent_fsyncs();
         let is_learner = !m
             .membership_config
@@ -71,7 +70,7 @@ impl Maintenance for MaintenanceService {
             raft_term: m.current_term,
             raft_applied_index: m.last_applied.map_or(0, |l| l.index),
             errors,
-            db_size_in_use: db_size,
+            db_size_in_use,
             is_learner,
             storage_version: String::new(),
             db_size_quota: self.ctx.quota.limit() as i64,
@@ -85,9 +84,9 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
-        Ok(Response::new(DefragmentResponse {
-            header: self.ctx.header(self.ctx.current_revision()),
-        }))
+        Ok(Response::new(
+            super::defrag::defragment(&self.ctx.node).await?,
+        ))
     }
 
     /// kvd's own checksum of the whole state machine (not comparable with etcd's bbolt hash;

@@ -5,17 +5,20 @@
 //! ```text
 //! <data-dir>/member/member.json  identity: format version, member id, cluster id, name
 //! <data-dir>/member/wal/         write-ahead log segments (the source of truth)
-//! <data-dir>/member/sm/db/       sled: MVCC key space + apply metadata (rebuilt from WAL)
+//! <data-dir>/member/sm/db/       sled: MVCC key space + apply metadata (rebuilt from WAL);
+//!                                after a defragmentation `sm/db.N/`, named by `sm/db.current`
 //! <data-dir>/member/sm/snap/     Raft snapshot files
 //! ```
 
 pub mod alarms;
 pub mod backup;
 pub mod cluster;
+mod compactor;
 pub mod config;
 pub mod config_env;
 pub mod context;
 pub mod corrupt;
+mod defrag;
 mod downgrade;
 pub mod election;
 pub mod error;

@@ -53,13 +53,15 @@ pub fn cost_txn(r: &TxnRequest) -> u64 {
 pub struct Quota {
     /// `None`: no quota (a negative `--quota-backend-bytes`).
     limit: Option<u64>,
-    db_dir: PathBuf,
+    /// The current state-machine database directory (it changes when a defragmentation
+    /// switches engine generations).
+    db_dir: Box<dyn Fn() -> PathBuf + Send + Sync>,
     size: Mutex<Option<(Instant, u64)>>,
 }
 
 impl Quota {
     /// The quota from the resolved flag, logging it as etcd does once at start.
-    pub fn new(limit: Option<u64>, db_dir: PathBuf) -> Self {
+    pub fn new(limit: Option<u64>, db_dir: impl Fn() -> PathBuf + Send + Sync + 'static) -> Self {
         match limit {
             None => tracing::warn!("disabling backend quota"),
             Some(q) if q == DEFAULT_QUOTA_BYTES => tracing::info!(
@@ -78,7 +80,7 @@ impl Quota {
         }
         Quota {
             limit,
-            db_dir,
+            db_dir: Box::new(db_dir),
             size: Mutex::new(None),
         }
     }
@@ -94,7 +96,7 @@ impl Quota {
         match *cached {
             Some((at, size)) if at.elapsed() < SIZE_REFRESH => size,
             _ => {
-                let size = dir_size(&self.db_dir);
+                let size = dir_size(&(self.db_dir)());
                 *cached = Some((Instant::now(), size));
                 size
             }
@@ -168,11 +170,13 @@ mod tests {
     fn available_is_strictly_below_the_quota() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), vec![0u8; 1000]).unwrap();
-        let q = Quota::new(Some(1300), dir.path().to_path_buf());
+        let path = dir.path().to_path_buf();
+        let q = Quota::new(Some(1300), move || path.clone());
         assert!(q.available(299));
         assert!(!q.available(300));
         assert!(q.available(0));
-        let none = Quota::new(None, dir.path().to_path_buf());
+        let path = dir.path().to_path_buf();
+        let none = Quota::new(None, move || path.clone());
         assert!(none.available(u64::MAX));
     }
 }

@@ -20,8 +20,8 @@ use super::context::ServerCtx;
 use super::learner::LearnerGuard;
 use super::start::{Listeners, MemberDir};
 use super::{
-    cluster, election, gateway, kv, leader_duties, lease, local_client, lock, maintenance,
-    membership, observe, oversize, watches,
+    cluster, compactor, election, gateway, kv, leader_duties, lease, local_client, lock,
+    maintenance, membership, observe, oversize, watches,
 };
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
@@ -114,10 +114,10 @@ pub fn serve(
         max_request_bytes: cfg.max_request_bytes,
         max_txn_ops: cfg.max_txn_ops,
         reconfig,
-        quota: Arc::new(super::quota::Quota::new(
-            cfg.quota_backend_bytes,
-            member.db_dir(),
-        )),
+        quota: Arc::new(super::quota::Quota::new(cfg.quota_backend_bytes, {
+            let sm = node.sm.clone();
+            move || sm.db_dir()
+        })),
     };
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
@@ -135,7 +135,7 @@ pub fn serve(
 
     let mut aux = Vec::new();
     if !listeners.metrics.is_empty() {
-        let scrape = observe::Scrape::new(node.clone(), member.db_dir());
+        let scrape = observe::Scrape::new(node.clone());
         aux.push(tokio::spawn(scrape.clone().watch_leader()));
         for l in listeners.metrics {
             let fut = observe::serve(l, scrape.clone(), stopped(stop_rx.clone()));
@@ -165,6 +165,12 @@ pub fn serve(
         background.push(tokio::spawn(super::corrupt::monitor(
             node.clone(),
             cfg.corrupt_check_time,
+        )));
+    }
+    if let Some(mode) = cfg.auto_compaction {
+        background.push(tokio::spawn(compactor::run(
+            compactor::Member(ctx.clone()),
+            mode,
         )));
     }
     tracing::info!("ready to serve client requests");
@@ -217,7 +223,6 @@ fn client_services(
         maintenance: LearnerGuard::new(
             MaintenanceServer::new(maintenance::MaintenanceService {
                 ctx: ctx.clone(),
-                db_dir: member.db_dir(),
                 backup_dir: member.backup_dir(),
             })
             .max_decoding_message_size(max_msg),

@@ -36,11 +36,6 @@ pub struct MemberDir {
 }
 
 impl MemberDir {
-    /// The state machine's database directory, sized for metrics and status.
-    pub fn db_dir(&self) -> PathBuf {
-        self.dir.join("sm").join("db")
-    }
-
     /// Where backups for clients are written before they are streamed (emptied at start).
     pub fn backup_dir(&self) -> PathBuf {
         self.dir.join("backup")
@@ -141,9 +136,13 @@ pub async fn start_raft(
     let log = LogStore::open_on(&member.dir.join("wal"), &cfg.wal)?;
     let sm = StateMachine::open(&member.dir.join("sm"))?;
     sm.roll_back_if_ahead_of(log.last_index())?;
+    if cfg.force_new_cluster && !member.fresh {
+        crate::raft::force_new_cluster::force_new_cluster(&log, &sm, member.ident.member_id)
+            .await?;
+    }
     // Before Raft applies anything or any client is served, as etcd checks before it starts.
-    // A new member has nothing to compare.
-    if cfg.initial_corrupt_check && !member.fresh {
+    // A new member has nothing to compare; a forced new cluster has no peers to ask.
+    if cfg.initial_corrupt_check && !member.fresh && !cfg.force_new_cluster {
         super::corrupt::initial_check(&sm, &member.channels, member.ident.member_id).await?;
     }
     let network = NetworkFactory {

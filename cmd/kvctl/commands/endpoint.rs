@@ -13,7 +13,7 @@ use crate::output::EpHealth;
 
 /// The endpoints to check: the `--endpoints` as given, or with `--cluster` every member's
 /// client URLs.
-async fn endpoints(ctx: &Ctx, cluster: bool) -> Result<Vec<String>, CliError> {
+pub(crate) async fn endpoints(ctx: &Ctx, cluster: bool) -> Result<Vec<String>, CliError> {
     if !cluster {
         return Ok(ctx.global.endpoints.clone());
     }
@@ -45,7 +45,7 @@ async fn endpoints(ctx: &Ctx, cluster: bool) -> Result<Vec<String>, CliError> {
         .collect())
 }
 
-async fn connect_one(
+pub(crate) async fn connect_one(
     ep: &str,
     dial_timeout: Duration,
     deadline: Instant,

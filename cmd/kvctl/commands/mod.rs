@@ -4,6 +4,7 @@ mod alarm;
 mod check_disk;
 mod check_perf;
 mod compaction;
+mod defrag;
 mod elect;
 mod endpoint;
 mod kv;
@@ -75,6 +76,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Del(a) => kv::del(&ctx, a).await,
         Command::Txn(a) => txn::txn(&ctx, a).await,
         Command::Compaction(a) => compaction::compaction(&ctx, a).await,
+        Command::Defrag(a) => defrag::defrag(&ctx, a).await,
         Command::Endpoint(e) => match e.command {
             EndpointCommand::Status(a) => endpoint::status(&ctx, e.cluster, a).await,
             EndpointCommand::Health => endpoint::health(&ctx, e.cluster).await,

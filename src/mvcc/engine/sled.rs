@@ -8,6 +8,7 @@
 
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use ::sled::transaction::{ConflictableTransactionError, TransactionError};
 use ::sled::{IVec, Transactional};
@@ -21,13 +22,29 @@ impl From<::sled::Error> for MvccError {
     }
 }
 
-/// The store's trees in one sled database; cheap to clone.
+/// The store's trees in one sled database; cheap to clone. Clones share the database, and
+/// [`SledEngine::replace`] moves every clone to another database at once (defragmentation).
 #[derive(Clone)]
 pub struct SledEngine {
+    cell: Arc<RwLock<Arc<Trees>>>,
+}
+
+/// One open sled database and its trees.
+struct Trees {
     db: ::sled::Db,
     rev: ::sled::Tree,
     meta: ::sled::Tree,
     lease: ::sled::Tree,
+}
+
+impl Trees {
+    fn tree(&self, t: Tree) -> &::sled::Tree {
+        match t {
+            Tree::Rev => &self.rev,
+            Tree::Meta => &self.meta,
+            Tree::Lease => &self.lease,
+        }
+    }
 }
 
 impl SledEngine {
@@ -52,7 +69,7 @@ impl SledEngine {
     /// The names of the database's sled trees.
     #[cfg(test)]
     pub fn db_tree_names(&self) -> Vec<String> {
-        let names = self.db.tree_names();
+        let names = self.trees().db.tree_names();
         names
             .iter()
             .map(|n| String::from_utf8_lossy(n).into_owned())
@@ -68,20 +85,42 @@ impl SledEngine {
         {
             db.drop_tree(LEGACY_IDX_TREE)?;
         }
-        Ok(SledEngine {
+        let trees = Trees {
             rev: db.open_tree(Tree::Rev.name())?,
             meta: db.open_tree(Tree::Meta.name())?,
             lease: db.open_tree(Tree::Lease.name())?,
             db,
+        };
+        Ok(SledEngine {
+            cell: Arc::new(RwLock::new(Arc::new(trees))),
         })
     }
 
-    fn tree(&self, t: Tree) -> &::sled::Tree {
-        match t {
-            Tree::Rev => &self.rev,
-            Tree::Meta => &self.meta,
-            Tree::Lease => &self.lease,
+    /// The current database. Poisoning cannot leave the cell half-changed (its one write is
+    /// an assignment), so a poisoned lock is used as is.
+    fn trees(&self) -> RwLockReadGuard<'_, Arc<Trees>> {
+        self.cell.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves this engine and every clone of it to `other`'s database, and returns a handle on
+    /// the database they used before (its own: replacing through it changes nothing here).
+    /// Waits for reads and writes in flight on the old database to return; a scan already
+    /// running goes on reading the old one. The caller makes sure nothing writes meanwhile
+    /// (the old database is not read again by this engine).
+    pub fn replace(&self, other: &SledEngine) -> SledEngine {
+        let new = other.trees().clone();
+        let old = std::mem::replace(
+            &mut *self.cell.write().unwrap_or_else(|e| e.into_inner()),
+            new,
+        );
+        SledEngine {
+            cell: Arc::new(RwLock::new(old)),
         }
+    }
+
+    /// Bytes on disk of the database's files (sled's own count).
+    pub fn size_on_disk(&self) -> Result<u64, MvccError> {
+        Ok(self.trees().db.size_on_disk()?)
     }
 }
 
@@ -110,15 +149,17 @@ impl Engine for SledEngine {
 
     #[inline]
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<IVec>, MvccError> {
-        Ok(self.tree(tree).get(key)?)
+        Ok(self.trees().tree(tree).get(key)?)
     }
 
     #[inline]
     fn range(&self, tree: Tree, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> SledIter {
-        SledIter(self.tree(tree).range::<&[u8], _>((lo, hi)))
+        SledIter(self.trees().tree(tree).range::<&[u8], _>((lo, hi)))
     }
 
     fn write(&self, batch: WriteBatch<'_>) -> Result<(), MvccError> {
+        // Held across the write: `replace` waits for it.
+        let trees = self.trees();
         match batch.trees().as_slice() {
             [] => Ok(()),
             [one] => {
@@ -129,10 +170,10 @@ impl Engine for SledEngine {
                         None => b.remove(&k[..]),
                     }
                 }
-                Ok(self.tree(*one).apply_batch(b)?)
+                Ok(trees.tree(*one).apply_batch(b)?)
             }
             _ => {
-                let res = (&self.rev, &self.meta, &self.lease).transaction(|(tr, tm, tl)| {
+                let res = (&trees.rev, &trees.meta, &trees.lease).transaction(|(tr, tm, tl)| {
                     for (t, k, v) in batch.writes() {
                         let tx = match t {
                             Tree::Rev => tr,
@@ -155,11 +196,14 @@ impl Engine for SledEngine {
     }
 
     fn clear(&self, tree: Tree) -> Result<(), MvccError> {
-        Ok(self.tree(tree).clear()?)
+        Ok(self.trees().tree(tree).clear()?)
     }
 
     fn flush(&self) -> Result<(), MvccError> {
-        self.db.flush()?;
+        // Not under the cell's lock: a flush takes long, and a replace only comes after the
+        // new database was flushed through its own handle.
+        let trees = self.trees().clone();
+        trees.db.flush()?;
         Ok(())
     }
 }

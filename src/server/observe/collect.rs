@@ -1,6 +1,5 @@
 //! Gathers one scrape: WAL stats, Raft progress, the process-wide counters and the gRPC table.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -16,18 +15,15 @@ use crate::raft::RaftNode;
 #[derive(Clone)]
 pub struct Scrape {
     pub node: RaftNode,
-    /// sled's directory, sized for `etcd_mvcc_db_total_size_in_bytes`.
-    pub db_dir: PathBuf,
     /// Leader changes this member has observed since it started (etcd counts the same way:
     /// per process, including the first leader it learns of).
     pub leader_changes: Arc<AtomicU64>,
 }
 
 impl Scrape {
-    pub fn new(node: RaftNode, db_dir: PathBuf) -> Self {
+    pub fn new(node: RaftNode) -> Self {
         Scrape {
             node,
-            db_dir,
             leader_changes: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -138,7 +134,8 @@ pub fn render(s: &Scrape) -> String {
     w.gauge(
         "etcd_mvcc_db_total_size_in_bytes",
         "Total size of the underlying database physically allocated in bytes.",
-        crate::server::maintenance::dir_size(&s.db_dir) as f64,
+        // The current engine generation (defragmentation moves it).
+        crate::server::maintenance::dir_size(&s.node.sm.db_dir()) as f64,
     );
     let peers: Vec<(String, u64)> = crate::metrics::PEER_SENT_FAILURES
         .lock()

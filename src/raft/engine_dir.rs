@@ -1,0 +1,243 @@
+//! Which directory under `member/sm/` holds the state machine's engine, and the crash-safe
+//! switch to a new one (defragmentation).
+//!
+//! ```text
+//! sm/db            generation 0 (every member starts here)
+//! sm/db.N          generation N, written by the N-th defragmentation
+//! sm/db.current    the name of the current generation; absent = "db"
+//! ```
+//!
+//! # Invariants
+//! - The current generation is whole: a new one becomes current (the atomic rename of
+//!   `db.current`, then an fsync of `sm/`) only after its engine was flushed and its
+//!   directories fsynced. A crash before the rename leaves the old one current, after it the
+//!   new one; every other `db*` directory is left over and removed at the next open.
+//! - A directory is never renamed while an engine has it open (sled reads large values from
+//!   files by path), and an old generation is removed only once its engine has closed (its
+//!   lock is free) or at the next start.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const FIRST: &str = "db";
+const POINTER: &str = "db.current";
+const POINTER_TMP: &str = "db.current.tmp";
+
+/// The generation number of an engine directory name: `db` is 0, `db.N` is N.
+fn generation(name: &str) -> Option<u64> {
+    if name == FIRST {
+        return Some(0);
+    }
+    name.strip_prefix("db.")?.parse().ok()
+}
+
+fn name_of(gen: u64) -> String {
+    if gen == 0 {
+        FIRST.to_string()
+    } else {
+        format!("db.{gen}")
+    }
+}
+
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// The current generation's name, from the pointer file.
+fn current_name(sm_dir: &Path) -> io::Result<String> {
+    match fs::read_to_string(sm_dir.join(POINTER)) {
+        Ok(s) => {
+            let name = s.trim().to_string();
+            if generation(&name).is_none() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: {name:?} names no engine directory",
+                        sm_dir.join(POINTER).display()
+                    ),
+                ));
+            }
+            Ok(name)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(FIRST.to_string()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The current engine directory (created if missing), after removing every other generation
+/// and an unfinished pointer: what a crash during a defragmentation left.
+pub fn open_current(sm_dir: &Path) -> io::Result<PathBuf> {
+    let current = current_name(sm_dir)?;
+    let mut removed = false;
+    for entry in fs::read_dir(sm_dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == POINTER_TMP {
+            fs::remove_file(entry.path())?;
+            removed = true;
+        } else if generation(&name).is_some() && name != current {
+            tracing::warn!(dir = %entry.path().display(), "removing an engine directory left by a defragmentation");
+            fs::remove_dir_all(entry.path())?;
+            removed = true;
+        }
+    }
+    if removed {
+        fsync_dir(sm_dir)?;
+    }
+    let dir = sm_dir.join(&current);
+    crate::wal::create_dir_durable(&crate::wal::RealFs, &dir)?;
+    Ok(dir)
+}
+
+/// A new, empty directory for the generation after `current`.
+pub fn prepare_next(current: &Path) -> io::Result<PathBuf> {
+    let sm_dir = current.parent().unwrap_or(Path::new("."));
+    let gen = current
+        .file_name()
+        .and_then(|n| generation(&n.to_string_lossy()))
+        .unwrap_or(0);
+    let next = sm_dir.join(name_of(gen + 1));
+    if next.exists() {
+        fs::remove_dir_all(&next)?;
+    }
+    crate::wal::create_dir_durable(&crate::wal::RealFs, &next)?;
+    Ok(next)
+}
+
+/// Makes `next` (from [`prepare_next`], its engine flushed) the current generation, durably.
+pub fn switch_to(next: &Path) -> io::Result<()> {
+    let sm_dir = next.parent().unwrap_or(Path::new("."));
+    // A file whose directory entry is not durable can vanish with a power loss.
+    sync_tree(next)?;
+    let name = next
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = sm_dir.join(POINTER_TMP);
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(name.as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, sm_dir.join(POINTER))?;
+    fsync_dir(sm_dir)?;
+    Ok(())
+}
+
+/// fsyncs every file and directory under `dir`: sled syncs its log on flush, but not
+/// necessarily the files it wrote once at open (its config, its snapshot) nor any directory.
+fn sync_tree(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    fsync_dir(dir)
+}
+
+/// Removes an old generation once no engine holds it open (sled keeps an exclusive lock on
+/// its `db` file while open), in a thread of its own; gives up after `patience` and leaves it
+/// for the next start.
+pub fn remove_when_closed(old: PathBuf, patience: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("engine-dir-gc".into())
+        .spawn(move || {
+            let deadline = Instant::now() + patience;
+            while !unlocked(&old.join("db")) {
+                if Instant::now() > deadline {
+                    tracing::warn!(dir = %old.display(), "old engine directory still open; it is removed at the next start");
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            match fs::remove_dir_all(&old) {
+                Ok(()) => {
+                    if let Some(p) = old.parent() {
+                        let _ = fsync_dir(p);
+                    }
+                    tracing::info!(dir = %old.display(), "removed the engine directory defragmentation replaced");
+                }
+                Err(e) => tracing::warn!(dir = %old.display(), error = %e, "removing the old engine directory"),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start removing the old engine directory; the next start does");
+    }
+}
+
+/// Whether nothing holds sled's lock on `db_file` (or it is gone).
+fn unlocked(db_file: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = fs::File::open(db_file) else {
+        return true;
+    };
+    // SAFETY: flock on a descriptor this function owns; released when `f` closes.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn generations_switch_and_leftovers_go_at_the_next_open() {
+        let d = tempfile::tempdir().unwrap();
+        let sm = d.path();
+        let first = open_current(sm).unwrap();
+        assert_eq!(first, sm.join("db"));
+        fs::write(first.join("data"), b"old").unwrap();
+
+        // A crash after preparing the next generation, before the switch: the old one stays.
+        let next = prepare_next(&first).unwrap();
+        assert_eq!(next, sm.join("db.1"));
+        fs::write(next.join("data"), b"half").unwrap();
+        fs::write(sm.join(POINTER_TMP), b"db.1").unwrap();
+        assert_eq!(open_current(sm).unwrap(), first);
+        assert_eq!(names(sm), ["db"]);
+
+        // A switch: the new one is current from then on, and the old one is a leftover.
+        let next = prepare_next(&first).unwrap();
+        fs::write(next.join("data"), b"new").unwrap();
+        switch_to(&next).unwrap();
+        assert_eq!(open_current(sm).unwrap(), next);
+        assert_eq!(names(sm), ["db.1", "db.current"]);
+        assert_eq!(fs::read(next.join("data")).unwrap(), b"new");
+        assert_eq!(prepare_next(&next).unwrap(), sm.join("db.2"));
+    }
+
+    #[test]
+    fn a_pointer_naming_nothing_valid_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join(POINTER), b"../elsewhere").unwrap();
+        assert!(open_current(d.path()).is_err());
+    }
+
+    #[test]
+    fn removal_waits_for_the_engine_to_close() {
+        let d = tempfile::tempdir().unwrap();
+        let old = d.path().join("db.3");
+        let engine = crate::mvcc::StoreEngine::open(&old).unwrap();
+        remove_when_closed(old.clone(), Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(old.exists(), "still open");
+        drop(engine);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while old.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!old.exists());
+    }
+}
