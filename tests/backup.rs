@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use common::{free_port, Cluster, MemberProc};
+use common::Cluster;
 use kvd::proto::etcdserverpb::lease_client::LeaseClient;
 use kvd::proto::etcdserverpb::{
     CompactionRequest, DeleteRangeRequest, LeaseGrantRequest, LeaseTimeToLiveRequest,
@@ -96,25 +96,8 @@ async fn write_history(url: &str) -> (i64, i64) {
 
 /// Restores `file` into three data dirs under `dir` and starts them as a new cluster.
 async fn restored_cluster(file: &Path) -> Cluster {
-    let dir = tempfile::tempdir().unwrap();
-    let members: Vec<MemberProc> = (0..3)
-        .map(|i| MemberProc {
-            name: format!("r{i}"),
-            client_port: free_port(),
-            peer_port: free_port(),
-            data_dir: dir.path().join(format!("r{i}.kvd")),
-            log: dir.path().join(format!("r{i}.log")),
-            child: None,
-            join: None,
-            extra_args: Vec::new(),
-        })
-        .collect();
-    let initial_cluster = members
-        .iter()
-        .map(|m| format!("{}={}", m.name, m.peer_url()))
-        .collect::<Vec<_>>()
-        .join(",");
-    for m in &members {
+    let mut c = Cluster::unstarted(tempfile::tempdir().unwrap(), "r", 3, |_| Vec::new());
+    for m in &c.members {
         ok(&kvctl(&[
             "snapshot",
             "restore",
@@ -122,7 +105,7 @@ async fn restored_cluster(file: &Path) -> Cluster {
             "--name",
             &m.name,
             "--initial-cluster",
-            &initial_cluster,
+            &c.initial_cluster,
             "--initial-cluster-token",
             "test-cluster",
             "--initial-advertise-peer-urls",
@@ -131,13 +114,6 @@ async fn restored_cluster(file: &Path) -> Cluster {
             m.data_dir.to_str().unwrap(),
         ]));
     }
-    let mut c = Cluster {
-        dir,
-        members,
-        initial_cluster,
-        use_env: false,
-        extra_args: Vec::new(),
-    };
     for i in 0..3 {
         c.spawn(i);
     }
@@ -272,18 +248,7 @@ async fn a_backup_restores_into_a_new_cluster_with_every_revision_lease_and_comp
             Err(e) => panic!("member add: {e:?}"),
         }
     };
-    let new_id = added.member.as_ref().unwrap().id;
-    dst.members[n].join = Some(
-        added
-            .members
-            .iter()
-            .flat_map(|m| {
-                let name = if m.id == new_id { "r3" } else { &m.name };
-                m.peer_ur_ls.iter().map(move |u| format!("{name}={u}"))
-            })
-            .collect::<Vec<_>>()
-            .join(","),
-    );
+    dst.members[n].join = Some(common::initial_cluster_for(&added, "r3"));
     dst.spawn(n);
     let learner_url = dst.members[n].client_url();
     let want = all_at(&new_url, rev).await.unwrap();

@@ -25,18 +25,10 @@ fn generations(data_dir: &Path) -> Vec<String> {
 }
 
 async fn assert_reads(c: &Cluster, i: usize, want: &BTreeMap<String, (Vec<u8>, i64)>) {
-    let mut kv = c.kv(i).await;
     for (k, (v, rev)) in want {
-        let r = kv
-            .range(RangeRequest {
-                key: k.clone().into(),
-                serializable: true,
-                ..Default::default()
-            })
+        let got = common::local_get(c, i, k)
             .await
-            .unwrap()
-            .into_inner();
-        let got = r.kvs.first().unwrap_or_else(|| panic!("{k} missing"));
+            .unwrap_or_else(|| panic!("{k} missing"));
         assert_eq!((&got.value, got.mod_revision), (v, *rev), "{k}");
     }
 }

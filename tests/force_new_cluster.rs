@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{get, put, Cluster};
 use kvd::proto::etcdserverpb::{
-    DeleteRangeRequest, MemberAddRequest, MemberAddResponse, MemberListRequest,
-    MemberPromoteRequest, RangeRequest,
+    DeleteRangeRequest, MemberAddRequest, MemberListRequest, MemberPromoteRequest,
 };
 
 async fn members(c: &Cluster, i: usize) -> Vec<u64> {
@@ -34,18 +33,10 @@ async fn members(c: &Cluster, i: usize) -> Vec<u64> {
 
 /// Every acknowledged key with its value and mod revision, read from member `i`.
 async fn assert_acked(c: &Cluster, i: usize, acked: &BTreeMap<String, (String, i64)>) {
-    let mut kv = c.kv(i).await;
     for (k, (v, rev)) in acked {
-        let r = kv
-            .range(RangeRequest {
-                key: k.clone().into(),
-                serializable: true,
-                ..Default::default()
-            })
+        let got = common::local_get(c, i, k)
             .await
-            .unwrap()
-            .into_inner();
-        let got = r.kvs.first().unwrap_or_else(|| panic!("{k} missing"));
+            .unwrap_or_else(|| panic!("{k} missing"));
         assert_eq!(
             (
                 String::from_utf8_lossy(&got.value).into_owned(),
@@ -55,18 +46,6 @@ async fn assert_acked(c: &Cluster, i: usize, acked: &BTreeMap<String, (String, i
             "{k}"
         );
     }
-}
-
-fn initial_cluster_for(resp: &MemberAddResponse, name: &str) -> String {
-    let new_id = resp.member.as_ref().unwrap().id;
-    resp.members
-        .iter()
-        .flat_map(|m| {
-            let n = if m.id == new_id { name } else { &m.name };
-            m.peer_ur_ls.iter().map(move |u| format!("{n}={u}"))
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,7 +120,7 @@ async fn survivor_forced_into_a_new_cluster_keeps_every_acked_write_and_grows_ag
         .await
         .unwrap()
         .into_inner();
-    c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
+    c.members[n].join = Some(common::initial_cluster_for(&resp, "m3"));
     c.spawn(n);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

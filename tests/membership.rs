@@ -68,19 +68,6 @@ fn followers(c: &Cluster, leader: usize) -> Vec<usize> {
         .collect()
 }
 
-/// `--initial-cluster` for a new member as etcdctl builds it from the add response.
-fn initial_cluster_for(resp: &MemberAddResponse, name: &str) -> String {
-    let new_id = resp.member.as_ref().unwrap().id;
-    resp.members
-        .iter()
-        .flat_map(|m| {
-            let n = if m.id == new_id { name } else { &m.name };
-            m.peer_ur_ls.iter().map(move |u| format!("{n}={u}"))
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_member_refusals_then_replace_it_through_a_learner() {
     let mut c = Cluster::start(3).await;
@@ -140,7 +127,7 @@ async fn dead_member_refusals_then_replace_it_through_a_learner() {
         .members
         .iter()
         .any(|m| m.id == new.id && m.name.is_empty()));
-    c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
+    c.members[n].join = Some(common::initial_cluster_for(&resp, "m3"));
     c.spawn(n);
     learner_serves_only_status_and_serializable_range(&c, n).await;
 
@@ -459,7 +446,7 @@ async fn new_leader_allows_membership_changes_at_once() {
         .await
         .unwrap();
     let new_id = resp.member.clone().unwrap().id;
-    c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
+    c.members[n].join = Some(common::initial_cluster_for(&resp, "m3"));
     c.spawn(n);
     until_allowed("promote", || promote(&c, old, new_id)).await;
     tokio::time::sleep(SETTLE).await;
@@ -618,7 +605,7 @@ async fn membership_change_during_client_load_no_acked_write_lost() {
         .await
         .unwrap();
     let new_id = resp.member.clone().unwrap().id;
-    c.members[n].join = Some(initial_cluster_for(&resp, "m3"));
+    c.members[n].join = Some(common::initial_cluster_for(&resp, "m3"));
     c.spawn(n);
     until_allowed("promote", || promote(&c, f[1], new_id)).await;
     targets.lock().unwrap().push(c.members[n].client_url());

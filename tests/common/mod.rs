@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use kvd::proto::etcdserverpb::cluster_client::ClusterClient;
 use kvd::proto::etcdserverpb::kv_client::KvClient;
 use kvd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
-use kvd::proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest, StatusResponse};
+use kvd::proto::etcdserverpb::{
+    MemberAddResponse, PutRequest, RangeRequest, StatusRequest, StatusResponse,
+};
+use kvd::proto::mvccpb::KeyValue;
 use tonic::transport::Channel;
 
 pub mod faults;
@@ -139,13 +142,30 @@ impl Cluster {
         use_env: bool,
         extra: impl Fn(usize) -> Vec<String>,
     ) -> Cluster {
+        let mut c = Self::unstarted(dir, "m", n, extra);
+        c.use_env = use_env;
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c.wait_for_leader(Duration::from_secs(20)).await;
+        c
+    }
+
+    /// `n` members named `<prefix>0..` with their data dirs and logs in `dir`, none started
+    /// (a test may prepare their data dirs first).
+    pub fn unstarted(
+        dir: tempfile::TempDir,
+        prefix: &str,
+        n: usize,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Cluster {
         let members: Vec<MemberProc> = (0..n)
             .map(|i| MemberProc {
-                name: format!("m{i}"),
+                name: format!("{prefix}{i}"),
                 client_port: free_port(),
                 peer_port: free_port(),
-                data_dir: dir.path().join(format!("m{i}.kvd")),
-                log: dir.path().join(format!("m{i}.log")),
+                data_dir: dir.path().join(format!("{prefix}{i}.kvd")),
+                log: dir.path().join(format!("{prefix}{i}.log")),
                 child: None,
                 join: None,
                 extra_args: extra(i),
@@ -156,18 +176,13 @@ impl Cluster {
             .map(|m| format!("{}={}", m.name, m.peer_url()))
             .collect::<Vec<_>>()
             .join(",");
-        let mut c = Cluster {
+        Cluster {
             dir,
             members,
             initial_cluster,
-            use_env,
+            use_env: false,
             extra_args: Vec::new(),
-        };
-        for i in 0..n {
-            c.spawn(i);
         }
-        c.wait_for_leader(Duration::from_secs(20)).await;
-        c
     }
 
     pub fn spawn(&mut self, i: usize) {
@@ -430,4 +445,34 @@ pub async fn get(c: &mut KvClient<Channel>, k: &str) -> Result<Option<String>, t
         .kvs
         .first()
         .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+}
+
+/// `--initial-cluster` for a member added as `name`, from the `member add` response (as
+/// etcdctl prints it for the new member).
+pub fn initial_cluster_for(resp: &MemberAddResponse, name: &str) -> String {
+    let new_id = resp.member.as_ref().unwrap().id;
+    resp.members
+        .iter()
+        .flat_map(|m| {
+            let n = if m.id == new_id { name } else { &m.name };
+            m.peer_ur_ls.iter().map(move |u| format!("{n}={u}"))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Key `k` as member `i` holds it (a serializable read: no leader needed).
+pub async fn local_get(c: &Cluster, i: usize, k: &str) -> Option<KeyValue> {
+    let r = c
+        .kv(i)
+        .await
+        .range(RangeRequest {
+            key: k.into(),
+            serializable: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.kvs.into_iter().next()
 }
