@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use common::Cluster;
 use kvd::proto::etcdserverpb::lease_client::LeaseClient;
 use kvd::proto::etcdserverpb::{
-    LeaseGrantRequest, LeaseLeasesRequest, LeaseRevokeRequest, PutRequest, RangeRequest,
+    HashKvRequest, LeaseGrantRequest, LeaseLeasesRequest, LeaseRevokeRequest, PutRequest,
+    RangeRequest,
 };
 
 /// What a member serves: revision, every key as (key, value, create, mod, version, lease),
@@ -175,4 +176,21 @@ async fn follower_killed_during_snapshot_installs_ends_with_every_key_and_lease(
             }
         }
     }
+    // The same history too: etcd's HashKV at that revision is equal on every member, the ones
+    // that installed snapshots included.
+    let mut hashes = Vec::new();
+    for i in 0..3 {
+        let h = c
+            .maintenance(i)
+            .await
+            .hash_kv(HashKvRequest { revision: want.0 })
+            .await
+            .unwrap()
+            .into_inner();
+        hashes.push((h.hash, h.compact_revision));
+    }
+    assert!(
+        hashes.windows(2).all(|w| w[0] == w[1]),
+        "HashKV: {hashes:?}"
+    );
 }
