@@ -97,7 +97,8 @@ async fn single_member_fills_its_quota_and_recovers_by_disarm() {
     assert_eq!(alarms(&c, 0).await, vec![(id, AlarmType::Nospace as i32)]);
     let status = c.status(0).await;
     assert_eq!(status.errors, vec![format!("memberID:{id} alarm:NOSPACE ")]);
-    assert_eq!(status.db_size_quota, 1 << 20);
+    // etcd 3.6's field; 3.4 and 3.5 leave it empty (the gateway diff compares it).
+    assert_eq!(status.db_size_quota, 0);
 
     // Writes that add data are refused; reads, deletes, compaction and read-only txns work.
     let mut kv = c.kv(0).await;

@@ -73,7 +73,8 @@ impl Maintenance for MaintenanceService {
             db_size_in_use,
             is_learner,
             storage_version: String::new(),
-            db_size_quota: self.ctx.quota.limit() as i64,
+            // A 3.6 field: etcd 3.4 and 3.5 (whose version kvd reports) leave it empty.
+            db_size_quota: 0,
             downgrade_info: None,
             kvd_recent_wal_fsyncs: recent.count,
             kvd_recent_wal_fsync_p99_us: recent.p99.as_micros() as u64,

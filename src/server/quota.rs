@@ -85,11 +85,6 @@ impl Quota {
         }
     }
 
-    /// The quota in bytes as etcd 3.6 reports it in Status (`dbSizeQuota`); 0 without one.
-    pub fn limit(&self) -> u64 {
-        self.limit.unwrap_or(0)
-    }
-
     /// The state-machine database's size, at most [`SIZE_REFRESH`] old.
     fn db_size(&self) -> u64 {
         let mut cached = self.size.lock().unwrap_or_else(|e| e.into_inner());
