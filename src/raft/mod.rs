@@ -4,7 +4,7 @@
 //! writes and serves read-index barriers.
 
 pub mod alarm_set;
-mod background;
+pub mod background;
 pub mod backup;
 pub mod engine_dir;
 pub mod error;

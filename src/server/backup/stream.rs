@@ -15,6 +15,7 @@ use tokio::io::AsyncReadExt;
 use tonic::Status;
 
 use crate::proto::etcdserverpb::{ResponseHeader, SnapshotResponse};
+use crate::raft::background;
 use crate::raft::state_machine::StateMachine;
 use crate::server::error::ApiError;
 
@@ -60,7 +61,8 @@ pub async fn snapshot(
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
     let file = TempFile(path.clone());
-    let saved = tokio::task::spawn_blocking(move || {
+    // At a low priority, as Raft snapshots are copied: the member's own work comes first.
+    let saved = background::run("backup", move || {
         std::fs::create_dir_all(&dir)?;
         save(&sm, &path).map_err(std::io::Error::other)
     })
