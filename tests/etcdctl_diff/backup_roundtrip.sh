@@ -57,33 +57,14 @@ step() { echo "== $*" >&2; }
 # shellcheck source=ports.sh
 source "$HERE/ports.sh"
 
-# start NAME BIN DATA_DIR: one-member server (etcd or kvd, same flags) on fresh ports;
-# prints its client endpoint.
+# start NAME BIN DATA_DIR [PEER_PORT]: a one-member server (etcd or kvd, same flags) on a fresh
+# client port and PEER_PORT (fresh if not given: a restored member must use the peer URL its
+# restore was given); prints its client endpoint once it answers.
 start() {
-    local n=$1 bin=$2 dir=$3
-    local cp pp
+    local n=$1 bin=$2 dir=$3 pp=${4:-}
+    local cp
     cp=$(free_port)
-    pp=$(free_port)
-    "$bin" --name "$n" --data-dir "$dir" \
-        --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
-        --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
-        --initial-cluster "$n=http://127.0.0.1:$pp" >"$WORK/$n.log" 2>&1 &
-    PID[$n]=$!
-    local ep="127.0.0.1:$cp"
-    for _ in $(seq 1 100); do
-        "$ETCDCTL" --endpoints "$ep" --command-timeout=1s put __probe x >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    "$ETCDCTL" --endpoints "$ep" del __probe >/dev/null 2>&1 || fail "$n did not start"
-    echo "$ep"
-}
-
-# peer URL a restore must be given: the same port start() will pick is unknown, so restores
-# use a fixed loopback peer URL and the restored member is started with the same one.
-restore_start() {
-    local n=$1 bin=$2 dir=$3
-    local cp pp=$4
-    cp=$(free_port)
+    [[ -n $pp ]] || pp=$(free_port)
     "$bin" --name "$n" --data-dir "$dir" \
         --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
         --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
@@ -94,6 +75,7 @@ restore_start() {
         "$ETCDCTL" --endpoints "$ep" --command-timeout=1s get __none >/dev/null 2>&1 && break
         sleep 0.1
     done
+    "$ETCDCTL" --endpoints "$ep" --command-timeout=1s get __none >/dev/null 2>&1 || fail "$n did not start"
     echo "$ep"
 }
 
@@ -162,7 +144,7 @@ KP=$(free_port)
 "$KVCTL_BIN" snapshot restore "$WORK/from-etcd.db" --name k2 --data-dir "$WORK/k2" \
     --initial-cluster "k2=http://127.0.0.1:$KP" --initial-advertise-peer-urls "http://127.0.0.1:$KP" 2>/dev/null ||
     fail "kvctl snapshot restore of etcd's file"
-K2=$(restore_start k2 "$KVD_BIN" "$WORK/k2" "$KP")
+K2=$(start k2 "$KVD_BIN" "$WORK/k2" "$KP")
 same "$E1" "$K2" "$L1"
 
 step "kvd -> etcdctl snapshot save (from kvd) -> etcdctl snapshot restore -> etcd"
@@ -174,7 +156,7 @@ EP=$(free_port)
 "$ETCDCTL" snapshot restore "$WORK/from-kvd.db" --name e2 --data-dir "$WORK/e2" \
     --initial-cluster "e2=http://127.0.0.1:$EP" --initial-advertise-peer-urls "http://127.0.0.1:$EP" >/dev/null 2>&1 ||
     fail "etcdctl snapshot restore of kvd's file"
-E2=$(restore_start e2 "$ETCD" "$WORK/e2" "$EP")
+E2=$(start e2 "$ETCD" "$WORK/e2" "$EP")
 same "$K1" "$E2" "$L2"
 
 step "a damaged file is refused by both tools, and kvctl writes nothing"
