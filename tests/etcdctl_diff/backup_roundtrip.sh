@@ -59,7 +59,8 @@ source "$HERE/ports.sh"
 
 # start NAME BIN DATA_DIR [PEER_PORT]: a one-member server (etcd or kvd, same flags) on a fresh
 # client port and PEER_PORT (fresh if not given: a restored member must use the peer URL its
-# restore was given); prints its client endpoint once it answers.
+# restore was given); sets EP to its client endpoint once it answers. Not to be called in
+# $(...): the PID it records must reach cleanup.
 start() {
     local n=$1 bin=$2 dir=$3 pp=${4:-}
     local cp
@@ -76,7 +77,7 @@ start() {
         sleep 0.1
     done
     "$ETCDCTL" --endpoints "$ep" --command-timeout=1s get __none >/dev/null 2>&1 || fail "$n did not start"
-    echo "$ep"
+    EP=$ep
 }
 
 # history EP: writes the same history to any server; the compaction is at revision 30.
@@ -136,7 +137,8 @@ statuses() {
 }
 
 step "etcd -> etcdctl snapshot save -> kvctl snapshot restore -> kvd"
-E1=$(start e1 "$ETCD" "$WORK/e1")
+start e1 "$ETCD" "$WORK/e1"
+E1=$EP
 L1=$(history "$E1")
 "$ETCDCTL" --endpoints "$E1" snapshot save "$WORK/from-etcd.db" >/dev/null 2>&1 || fail "etcdctl snapshot save from etcd"
 statuses "$WORK/from-etcd.db"
@@ -144,19 +146,22 @@ KP=$(free_port)
 "$KVCTL_BIN" snapshot restore "$WORK/from-etcd.db" --name k2 --data-dir "$WORK/k2" \
     --initial-cluster "k2=http://127.0.0.1:$KP" --initial-advertise-peer-urls "http://127.0.0.1:$KP" 2>/dev/null ||
     fail "kvctl snapshot restore of etcd's file"
-K2=$(start k2 "$KVD_BIN" "$WORK/k2" "$KP")
+start k2 "$KVD_BIN" "$WORK/k2" "$KP"
+K2=$EP
 same "$E1" "$K2" "$L1"
 
 step "kvd -> etcdctl snapshot save (from kvd) -> etcdctl snapshot restore -> etcd"
-K1=$(start k1 "$KVD_BIN" "$WORK/k1")
+start k1 "$KVD_BIN" "$WORK/k1"
+K1=$EP
 L2=$(history "$K1")
 "$ETCDCTL" --endpoints "$K1" snapshot save "$WORK/from-kvd.db" >/dev/null 2>&1 || fail "etcdctl snapshot save from kvd"
 statuses "$WORK/from-kvd.db"
-EP=$(free_port)
+EPP=$(free_port)
 "$ETCDCTL" snapshot restore "$WORK/from-kvd.db" --name e2 --data-dir "$WORK/e2" \
-    --initial-cluster "e2=http://127.0.0.1:$EP" --initial-advertise-peer-urls "http://127.0.0.1:$EP" >/dev/null 2>&1 ||
+    --initial-cluster "e2=http://127.0.0.1:$EPP" --initial-advertise-peer-urls "http://127.0.0.1:$EPP" >/dev/null 2>&1 ||
     fail "etcdctl snapshot restore of kvd's file"
-E2=$(start e2 "$ETCD" "$WORK/e2" "$EP")
+start e2 "$ETCD" "$WORK/e2" "$EPP"
+E2=$EP
 same "$K1" "$E2" "$L2"
 
 step "a damaged file is refused by both tools, and kvctl writes nothing"
