@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::Cluster;
 use kvd::mvcc::engine::{Tree, WriteBatch};
 use kvd::mvcc::{Engine, StoreEngine};
-use kvd::proto::etcdserverpb::{AlarmRequest, AlarmType, HashKvRequest, PutRequest};
+use kvd::proto::etcdserverpb::{AlarmType, HashKvRequest, PutRequest};
 use kvd::proto::mvccpb::KeyValue;
 use prost::Message;
 use tonic::Code;
@@ -32,17 +32,11 @@ async fn hash_kv(c: &Cluster, i: usize, rev: i64) -> Option<(u32, i64)> {
 }
 
 async fn corrupt_alarms(c: &Cluster, i: usize) -> Vec<u64> {
-    let r = c
-        .maintenance(i)
+    c.alarms(i)
         .await
-        .alarm(AlarmRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    r.alarms
-        .iter()
-        .filter(|a| a.alarm == AlarmType::Corrupt as i32)
-        .map(|a| a.member_id)
+        .into_iter()
+        .filter(|(_, a)| *a == AlarmType::Corrupt as i32)
+        .map(|(m, _)| m)
         .collect()
 }
 

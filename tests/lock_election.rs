@@ -20,13 +20,25 @@ use kvd::proto::v3electionpb::{
     CampaignRequest, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest, ResignRequest,
 };
 use kvd::proto::v3lockpb::lock_client::LockClient;
-use kvd::proto::v3lockpb::{LockRequest, UnlockRequest};
+use kvd::proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest};
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 use tonic::Code;
 
 async fn locks(c: &Cluster, i: usize) -> LockClient<Channel> {
     LockClient::new(common::channel(&c.members[i].client_url()).await)
+}
+
+/// A Lock call on member `i` in its own task (it blocks while another session holds `name`).
+async fn spawn_lock(
+    c: &Cluster,
+    i: usize,
+    name: &[u8],
+    lease: i64,
+) -> tokio::task::JoinHandle<Result<tonic::Response<LockResponse>, tonic::Status>> {
+    let mut l = locks(c, i).await;
+    let name = name.to_vec();
+    tokio::spawn(async move { l.lock(LockRequest { name, lease }).await })
 }
 
 async fn elections(c: &Cluster, i: usize) -> ElectionClient<Channel> {
@@ -95,14 +107,7 @@ async fn second_locker_gets_the_lock_only_after_unlock() {
         .into_inner();
     assert_eq!(held.key, format!("job/{l1:x}").into_bytes());
 
-    let mut b = locks(&c, 0).await;
-    let waiter = tokio::spawn(async move {
-        b.lock(LockRequest {
-            name: b"job".to_vec(),
-            lease: l2,
-        })
-        .await
-    });
+    let waiter = spawn_lock(&c, 0, b"job", l2).await;
     let waiter = still_waiting(waiter, Duration::from_millis(800)).await;
     // Locking again on the same lease is the same session: it holds at once.
     let again = a
@@ -141,14 +146,7 @@ async fn a_lock_passes_on_when_its_lease_is_revoked_and_errors_are_etcds() {
     })
     .await
     .unwrap();
-    let mut b = locks(&c, 0).await;
-    let waiter = tokio::spawn(async move {
-        b.lock(LockRequest {
-            name: b"r".to_vec(),
-            lease: l2,
-        })
-        .await
-    });
+    let waiter = spawn_lock(&c, 0, b"r", l2).await;
     let waiter = still_waiting(waiter, Duration::from_millis(500)).await;
     LeaseClient::new(common::channel(&c.members[0].client_url()).await)
         .lease_revoke(LeaseRevokeRequest { id: l1 })
@@ -197,14 +195,7 @@ async fn a_lock_passes_on_when_its_lease_is_revoked_and_errors_are_etcds() {
 
     // A waiter whose client goes away has its key deleted, as etcd's Mutex does.
     let l3 = grant(&c, 0, 30).await;
-    let mut d = locks(&c, 0).await;
-    let gone = tokio::spawn(async move {
-        d.lock(LockRequest {
-            name: b"zero".to_vec(),
-            lease: l3,
-        })
-        .await
-    });
+    let gone = spawn_lock(&c, 0, b"zero", l3).await;
     let waiter_key = format!("zero/{l3:x}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !keys_under(&c, "zero/").await.contains(&waiter_key) {
@@ -222,14 +213,7 @@ async fn a_lock_passes_on_when_its_lease_is_revoked_and_errors_are_etcds() {
     // A waiter whose own lease ends while it waits is told so once its turn comes (etcd 3.5's
     // Mutex), instead of being answered a lock nobody holds.
     let l4 = grant(&c, 0, 30).await;
-    let mut w = locks(&c, 0).await;
-    let expired = tokio::spawn(async move {
-        w.lock(LockRequest {
-            name: b"zero".to_vec(),
-            lease: l4,
-        })
-        .await
-    });
+    let expired = spawn_lock(&c, 0, b"zero", l4).await;
     let expired = still_waiting(expired, Duration::from_millis(500)).await;
     let mut leases = LeaseClient::new(common::channel(&c.members[0].client_url()).await);
     leases
@@ -401,14 +385,7 @@ async fn lock_hands_over_after_the_holders_member_dies() {
         })
         .await
         .unwrap();
-    let mut b = locks(&c, 1).await;
-    let waiter = tokio::spawn(async move {
-        b.lock(LockRequest {
-            name: b"ha".to_vec(),
-            lease: l2,
-        })
-        .await
-    });
+    let waiter = spawn_lock(&c, 1, b"ha", l2).await;
     let waiter = still_waiting(waiter, Duration::from_millis(300)).await;
     c.kill(0);
     let started = Instant::now();

@@ -32,17 +32,6 @@ fn put_req(k: &str, len: usize) -> PutRequest {
     }
 }
 
-async fn alarms(c: &Cluster, i: usize) -> Vec<(u64, i32)> {
-    let r = c
-        .maintenance(i)
-        .await
-        .alarm(AlarmRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    r.alarms.iter().map(|a| (a.member_id, a.alarm)).collect()
-}
-
 async fn set_alarm(c: &Cluster, i: usize, action: AlarmAction, kind: AlarmType, member: u64) {
     c.maintenance(i)
         .await
@@ -94,7 +83,7 @@ async fn single_member_fills_its_quota_and_recovers_by_disarm() {
         (refused.code(), refused.message()),
         (Code::ResourceExhausted, NO_SPACE)
     );
-    assert_eq!(alarms(&c, 0).await, vec![(id, AlarmType::Nospace as i32)]);
+    assert_eq!(c.alarms(0).await, vec![(id, AlarmType::Nospace as i32)]);
     let status = c.status(0).await;
     assert_eq!(status.errors, vec![format!("memberID:{id} alarm:NOSPACE ")]);
     // etcd 3.6's field; 3.4 and 3.5 leave it empty (the gateway diff compares it).
@@ -166,7 +155,7 @@ async fn single_member_fills_its_quota_and_recovers_by_disarm() {
     c.stop(0);
     c.spawn(0);
     c.wait_for_leader(Duration::from_secs(20)).await;
-    assert_eq!(alarms(&c, 0).await, vec![(id, AlarmType::Nospace as i32)]);
+    assert_eq!(c.alarms(0).await, vec![(id, AlarmType::Nospace as i32)]);
 
     // etcdctl and kvctl list it as etcd does, and disarm it.
     let ep = c.members[0].client_url();
@@ -184,7 +173,7 @@ async fn single_member_fills_its_quota_and_recovers_by_disarm() {
     let (ok, out, _) = ctl(kvctl, &ep, &["alarm", "disarm"]);
     assert!(ok);
     assert_eq!(out, line);
-    assert!(alarms(&c, 0).await.is_empty());
+    assert!(c.alarms(0).await.is_empty());
     assert!(c.status(0).await.errors.is_empty());
     // Data was deleted and compacted, but the database has not shrunk (that takes a
     // defragmentation): a write bigger than the quota is refused again, and raises the alarm again.
@@ -199,7 +188,7 @@ async fn three_members_refuse_writes_while_nospace_is_active() {
     assert_eq!(refused.message(), NO_SPACE);
     let id0 = c.status(0).await.header.unwrap().member_id;
     for i in 0..3 {
-        assert_eq!(alarms(&c, i).await, vec![(id0, AlarmType::Nospace as i32)]);
+        assert_eq!(c.alarms(i).await, vec![(id0, AlarmType::Nospace as i32)]);
         let mut kv = c.kv(i).await;
         let e = kv.put(put_req("x", 1)).await.unwrap_err();
         assert_eq!(
@@ -216,7 +205,7 @@ async fn three_members_refuse_writes_while_nospace_is_active() {
     }
     set_alarm(&c, 2, AlarmAction::Deactivate, AlarmType::Nospace, id0).await;
     for i in 0..3 {
-        assert!(alarms(&c, i).await.is_empty());
+        assert!(c.alarms(i).await.is_empty());
     }
 }
 

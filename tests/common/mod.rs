@@ -323,6 +323,18 @@ impl Cluster {
     }
 
     /// Member `i`'s Maintenance.Status answer (panics if it fails).
+    /// The active alarms as member `i` lists them: (member id, alarm type).
+    pub async fn alarms(&self, i: usize) -> Vec<(u64, i32)> {
+        let r = self
+            .maintenance(i)
+            .await
+            .alarm(kvd::proto::etcdserverpb::AlarmRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        r.alarms.iter().map(|a| (a.member_id, a.alarm)).collect()
+    }
+
     pub async fn status(&self, i: usize) -> StatusResponse {
         self.maintenance(i)
             .await

@@ -6,6 +6,9 @@ use kvd::proto::etcdserverpb::{HashKvRequest, MemberListRequest, RangeRequest, S
 use tokio::time::Instant;
 
 use crate::cli::{HashKvArgs, StatusArgs};
+use kvd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use tonic::transport::Channel;
+
 use crate::client::{with_deadline, Conn};
 use crate::commands::{emit, Ctx};
 use crate::error::{CliError, EXIT_ERROR};
@@ -53,20 +56,38 @@ pub(crate) async fn connect_one(
     Conn::connect(&[ep.to_string()], dial_timeout, deadline).await
 }
 
-pub async fn status(ctx: &Ctx, cluster: bool, a: StatusArgs) -> Result<i32, CliError> {
-    let mut list = Vec::new();
-    let mut failed = false;
+/// Calls `call` on the Maintenance service of each endpoint in turn, each with its own
+/// command deadline; returns every endpoint with its answer or error.
+async fn each_maintenance<T, F, Fut>(
+    ctx: &Ctx,
+    cluster: bool,
+    call: F,
+) -> Result<Vec<(String, Result<T, CliError>)>, CliError>
+where
+    F: Fn(MaintenanceClient<Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    let mut out = Vec::new();
     for ep in endpoints(ctx, cluster).await? {
         let deadline = ctx.deadline();
         let r = with_deadline(deadline, async {
             let conn = connect_one(&ep, ctx.global.dial_timeout, deadline).await?;
-            Ok(conn
-                .maintenance()
-                .status(StatusRequest {})
-                .await?
-                .into_inner())
+            Ok(call(conn.maintenance()).await?.into_inner())
         })
         .await;
+        out.push((ep, r));
+    }
+    Ok(out)
+}
+
+pub async fn status(ctx: &Ctx, cluster: bool, a: StatusArgs) -> Result<i32, CliError> {
+    let mut list = Vec::new();
+    let mut failed = false;
+    let answers = each_maintenance(ctx, cluster, |mut m| async move {
+        m.status(StatusRequest {}).await
+    })
+    .await?;
+    for (ep, r) in answers {
         match r {
             Ok(s) => list.push((ep, s)),
             Err(e) => {
@@ -139,17 +160,12 @@ pub async fn health(ctx: &Ctx, cluster: bool) -> Result<i32, CliError> {
 pub async fn hashkv(ctx: &Ctx, cluster: bool, a: HashKvArgs) -> Result<i32, CliError> {
     let mut list = Vec::new();
     let mut last_err = None;
-    for ep in endpoints(ctx, cluster).await? {
-        let deadline = ctx.deadline();
-        let r = with_deadline(deadline, async {
-            let conn = connect_one(&ep, ctx.global.dial_timeout, deadline).await?;
-            Ok(conn
-                .maintenance()
-                .hash_kv(HashKvRequest { revision: a.rev })
-                .await?
-                .into_inner())
-        })
-        .await;
+    let revision = a.rev;
+    let answers = each_maintenance(ctx, cluster, |mut m| async move {
+        m.hash_kv(HashKvRequest { revision }).await
+    })
+    .await?;
+    for (ep, r) in answers {
         match r {
             Ok(h) => list.push((ep, h)),
             Err(e) => {
