@@ -12,6 +12,7 @@
 
 pub mod alarms;
 pub mod backup;
+pub mod client_cert;
 pub mod cluster;
 mod compactor;
 pub mod config;
