@@ -6,6 +6,7 @@
 pub mod alarm_set;
 pub mod background;
 pub mod backup;
+pub mod dial;
 pub mod engine_dir;
 pub mod error;
 pub mod force_new_cluster;

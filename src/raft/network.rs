@@ -54,10 +54,14 @@ use super::limits::SNAPSHOT_CHUNK;
 pub const PEER_DIAL_OVERRIDE_ENV: &str = "KVD_TEST_PEER_DIAL_OVERRIDE";
 
 /// Shared cache of channels, keyed by peer URL.
+///
+/// `https://` peer URLs are dialed with `tls` (this member's peer client certificate and the
+/// peer CA); without it they are refused, never dialed in plain text.
 #[derive(Clone, Default)]
 pub struct Channels {
     inner: Arc<Mutex<HashMap<String, Channel>>>,
     dial_override: Arc<HashMap<String, String>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Channels {
@@ -83,19 +87,56 @@ impl Channels {
         })
     }
 
+    /// These channels dial `https://` peer URLs with `tls`.
+    pub fn with_tls(self, tls: Option<Arc<rustls::ClientConfig>>) -> Channels {
+        Channels { tls, ..self }
+    }
+
+    /// Whether this member can dial `url`'s scheme (`https` needs peer TLS).
+    pub fn can_dial(&self, url: &str) -> bool {
+        match url.split_once("://") {
+            Some((s, _)) if s.eq_ignore_ascii_case("http") => true,
+            Some((s, _)) if s.eq_ignore_ascii_case("https") => self.tls.is_some(),
+            _ => false,
+        }
+    }
+
     /// A (lazily connecting) channel to `url`, reused across calls.
-    pub fn get(&self, url: &str) -> Result<Channel, tonic::transport::Error> {
+    pub fn get(&self, url: &str) -> Result<Channel, String> {
         let mut m = self.inner.lock().unwrap();
         if let Some(c) = m.get(url) {
             return Ok(c.clone());
         }
+        if !self.can_dial(url) {
+            return Err(format!(
+                "cannot dial peer URL {url}: its scheme needs peer TLS, which this member lacks"
+            ));
+        }
         let dial = self.dial_override.get(url).map_or(url, |s| s.as_str());
-        let ch = Endpoint::from_shared(dial.to_string())?
+        let endpoint = Endpoint::from_shared(dial.to_string())
+            .map_err(|e| format!("bad peer URL {url}: {e}"))?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(Duration::from_secs(5))
-            .connect_lazy();
+            .keep_alive_timeout(Duration::from_secs(5));
+        let ch = match &self.tls {
+            Some(config)
+                if url
+                    .get(..8)
+                    .is_some_and(|s| s.eq_ignore_ascii_case("https://")) =>
+            {
+                // The certificate is checked against the membership's URL; the bytes go to
+                // the override's address when a test proxies the link.
+                let (_, name) = super::dial::target(url)?;
+                let (addr, _) = super::dial::target(dial)?;
+                endpoint.connect_with_connector_lazy(super::dial::TlsDial {
+                    config: config.clone(),
+                    addr,
+                    name,
+                })
+            }
+            _ => endpoint.connect_lazy(),
+        };
         m.insert(url.to_string(), ch.clone());
         Ok(ch)
     }
@@ -103,9 +144,7 @@ impl Channels {
     /// A peer client for `member` (its first peer URL).
     pub fn peer(&self, member: &Member) -> Result<PeerClient<Channel>, String> {
         let url = member.peer_urls.first().ok_or("member has no peer URL")?;
-        let ch = self
-            .get(url)
-            .map_err(|e| format!("bad peer URL {url}: {e}"))?;
+        let ch = self.get(url)?;
         Ok(PeerClient::new(ch)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE))

@@ -159,6 +159,10 @@ pub struct Flags {
         default_missing_value = "true"
     )]
     pub force_new_cluster: bool,
+
+    // TLS for clients and peers (issue 19): see config_tls.rs.
+    #[command(flatten)]
+    pub tls: super::config_tls::TlsFlags,
 }
 
 // Quota, alarms and corruption checks (issue 18)
@@ -217,6 +221,10 @@ pub struct Config {
     pub auto_compaction: Option<AutoCompaction>,
     /// `--force-new-cluster`: start as the only voter of this member's cluster.
     pub force_new_cluster: bool,
+
+    // TLS for clients and peers (issue 19)
+    /// Certificates, versions and which listeners speak TLS.
+    pub tls: super::config_tls::TlsConfig,
 }
 
 // Compaction, defragment and force-new-cluster (issue 18)
@@ -430,12 +438,15 @@ pub(crate) fn split_urls(flag: &str, s: &str) -> Result<Vec<String>, ConfigError
     Ok(v)
 }
 
-/// host:port of an http URL (etcd accepts `http://host:port`; TLS is not supported).
+/// host:port of an http(s) URL (etcd accepts `http://host:port` and `https://host:port`;
+/// whether TLS is configured for an https URL is checked in config_tls.rs). The metrics
+/// listener is plain HTTP only.
 fn url_addr(flag: &str, u: &str) -> Result<String, ConfigError> {
     let parsed =
         url::Url::parse(u).map_err(|e| ConfigError(format!("--{flag}: invalid URL {u:?}: {e}")))?;
     match parsed.scheme() {
         "http" => {}
+        "https" if flag != "listen-metrics-urls" => {}
         "https" | "unixs" => return err(format!("--{flag}: {u:?}: TLS is not supported")),
         s => {
             return err(format!(
@@ -478,11 +489,13 @@ impl Flags {
             .data_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("{}.kvd", self.name)));
-        let listen_client = split_urls("listen-client-urls", &self.listen_client_urls)?
+        let listen_client_urls = split_urls("listen-client-urls", &self.listen_client_urls)?;
+        let listen_peer_urls = split_urls("listen-peer-urls", &self.listen_peer_urls)?;
+        let listen_client = listen_client_urls
             .iter()
             .map(|u| resolve("listen-client-urls", u))
             .collect::<Result<_, _>>()?;
-        let listen_peer = split_urls("listen-peer-urls", &self.listen_peer_urls)?
+        let listen_peer = listen_peer_urls
             .iter()
             .map(|u| resolve("listen-peer-urls", u))
             .collect::<Result<_, _>>()?;
@@ -513,6 +526,17 @@ impl Flags {
             &self.name,
             self.initial_cluster.as_deref(),
             &advertise_peer_urls,
+        )?;
+        // TLS for clients and peers (issue 19)
+        let tls = self.tls.validate(
+            &listen_client_urls,
+            &listen_peer_urls,
+            &initial_cluster
+                .values()
+                .flatten()
+                .chain(&advertise_peer_urls)
+                .cloned()
+                .collect::<Vec<_>>(),
         )?;
         if self.heartbeat_interval == 0 || self.election_timeout < 5 * self.heartbeat_interval {
             return err(format!(
@@ -580,6 +604,7 @@ impl Flags {
                 &self.auto_compaction_retention,
             )?,
             force_new_cluster: self.force_new_cluster,
+            tls,
         })
     }
 }
