@@ -149,3 +149,70 @@ pub fn incoming(
     });
     ReceiverStream::new(rx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+
+    fn issue(
+        ca: &rcgen::Certificate,
+        ca_key: &rcgen::KeyPair,
+        cn: &str,
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let cert = p.signed_by(&key, ca, ca_key).unwrap();
+        (
+            vec![cert.der().clone()],
+            PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        )
+    }
+
+    /// The verified client certificate's CN reaches the connection's `TlsPeer`, which tonic
+    /// puts into every request's extensions, and `common_name` reads it from there.
+    #[tokio::test]
+    async fn a_verified_client_certificate_cn_is_the_connection_identity() {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = p.self_signed(&ca_key).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        let roots = Arc::new(roots);
+        let (scert, skey) = issue(&ca, &ca_key, "server");
+        let verifier = rustls::server::WebPkiClientVerifier::builder(roots.clone())
+            .build()
+            .unwrap();
+        let server = rustls::ServerConfig::builder()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(scert, skey)
+            .unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut conns = incoming(l, Arc::new(server), true);
+
+        let (ccert, ckey) = issue(&ca, &ca_key, "alice");
+        let client = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(ccert, ckey)
+            .unwrap();
+        let dial = tokio::spawn(async move {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            tokio_rustls::TlsConnector::from(Arc::new(client))
+                .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                .await
+                .unwrap()
+        });
+        let conn = conns.next().await.unwrap().unwrap();
+        let _client = dial.await.unwrap();
+        let mut ext = http::Extensions::new();
+        ext.insert(conn.connect_info());
+        assert_eq!(
+            crate::server::client_cert::common_name(&ext).as_deref(),
+            Some("alice")
+        );
+    }
+}
