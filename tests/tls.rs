@@ -312,3 +312,39 @@ async fn https_peer_urls_without_peer_tls_are_refused() {
         .unwrap_err();
     assert_eq!(e.message(), "etcdserver: given member URLs are invalid");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_versions_and_cipher_suites_by_etcd_names() {
+    let shared = tls::pki();
+    let c = Cluster::start_tls(1, true, |_| vec!["--tls-min-version=TLS1.3".to_string()]).await;
+    let url = c.members[0].client_url();
+    let ca = &shared.pki.ca_file;
+    let v12 = tls::client_config_versions(ca, Some(&shared.client), &[&rustls::version::TLS12]);
+    assert!(
+        tls::handshake(&url, v12).await.is_err(),
+        "TLS1.2 below the minimum was accepted"
+    );
+    let v13 = tls::client_config_versions(ca, Some(&shared.client), &[&rustls::version::TLS13]);
+    tls::handshake(&url, v13).await.unwrap();
+
+    // Unknown names stop the member at start, with etcd's messages.
+    for (flag, msg) in [
+        (
+            "--cipher-suites=TLS_NOPE",
+            "unexpected TLS cipher suite \"TLS_NOPE\"",
+        ),
+        (
+            "--tls-max-version=TLS1.9",
+            "unexpected TLS version \"TLS1.9\"",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = common::single_member(&dir.path().join("d"), "v")
+            .arg(flag)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(msg), "{err}");
+    }
+}

@@ -157,13 +157,22 @@ pub fn pki() -> &'static Shared {
 
 /// A rustls client config trusting `ca`, presenting `cert` if given.
 pub fn client_config(ca: &Path, cert: Option<&Issued>) -> Arc<rustls::ClientConfig> {
+    client_config_versions(ca, cert, rustls::DEFAULT_VERSIONS)
+}
+
+/// Like [`client_config`], speaking only `versions`.
+pub fn client_config_versions(
+    ca: &Path,
+    cert: Option<&Issued>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls_pemfile::certs(&mut std::fs::read(ca).unwrap().as_slice()) {
         roots.add(c.unwrap()).unwrap();
     }
     let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots);
     let mut c = match cert {
