@@ -142,6 +142,18 @@ async fn a_peer_whose_cn_is_not_allowed_is_refused() {
     assert!(tls::handshake(&url, tls::client_config(ca, None))
         .await
         .is_err());
+    // A member with peer TLS takes an https peer URL in member add.
+    let r = c
+        .cluster(0)
+        .await
+        .member_add(MemberAddRequest {
+            peer_ur_ls: vec!["https://127.0.0.1:3".into()],
+            is_learner: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.member.unwrap().peer_ur_ls, vec!["https://127.0.0.1:3"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
