@@ -66,7 +66,9 @@ for r in $(seq 1 "$ROUNDS"); do
     mkdir -p "$dir"
     start "$sys" "$tls" 23100 "$dir"
     wait_leader "$sys"
-    ep=${CLIENT[$sys,$(leader "$sys")]}
+    l=""
+    for _ in $(seq 1 50); do l=$(leader "$sys") && break; sleep 0.2; done
+    ep=${CLIENT[$sys,$l]}
     args=(--endpoints "$ep" --cacert "$P/ca.pem" --cert "$P/client.pem" --key "$P/client-key.pem")
     "$KVBENCH_BIN" "${args[@]}" put --key-size 8 --val-size 256 --key-space-size 100000 \
       --clients "$CLIENTS" --conns "$CONNS" --total 2000 >/dev/null 2>&1
