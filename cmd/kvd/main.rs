@@ -1,7 +1,7 @@
 //! kvd: the server binary. Parses etcd-compatible flags and runs a member until SIGINT/SIGTERM.
-use clap::{CommandFactory, FromArgMatches};
-use kvd::server::config::Flags;
-use kvd::server::config_env;
+use clap::FromArgMatches;
+use kvd::server::config::{self, Flags};
+use kvd::server::{config_compat, config_env};
 
 mod log;
 
@@ -9,7 +9,7 @@ mod log;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let matches = Flags::command().get_matches();
+    let matches = config::command().get_matches();
     let env = match config_env::check_env(&matches, std::env::vars_os()) {
         Ok(r) => r,
         Err(e) => {
@@ -28,6 +28,14 @@ fn main() {
     log::init(&cfg.log);
     for var in &env.unrecognized {
         tracing::warn!("unrecognized environment variable {var}");
+    }
+    // Flags and feature gates kvd accepts for etcd's command lines but does not act on: one
+    // warning each, so an operator learns what had no effect.
+    for f in config_compat::given(&matches) {
+        tracing::warn!("{f}");
+    }
+    for w in &cfg.without_effect {
+        tracing::warn!("{w}");
     }
     let rt = runtime(cfg.worker_threads);
     let res = rt.block_on(kvd::server::run(cfg, async {
