@@ -77,7 +77,10 @@ const READY_VERBOSE: &str = "[+]data_corruption ok\n[+]serializable_read ok\n\
 async fn probes_answer_as_etcd_and_readyz_fails_without_quorum_while_livez_holds() {
     let metrics: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let mut c = Cluster::start_custom(3, false, |i| {
-        vec![format!("--listen-metrics-urls=http://127.0.0.1:{}", metrics[i])]
+        vec![format!(
+            "--listen-metrics-urls=http://127.0.0.1:{}",
+            metrics[i]
+        )]
     })
     .await;
     let leader = c.wait_for_leader(Duration::from_secs(10)).await;
@@ -117,7 +120,10 @@ async fn probes_answer_as_etcd_and_readyz_fails_without_quorum_while_livez_holds
             get(port, "/livez/linearizable_read").await,
             (404, "404 page not found\n".into())
         );
-        assert_eq!(get(port, "/health").await, (200, r#"{"health":"true"}"#.into()));
+        assert_eq!(
+            get(port, "/health").await,
+            (200, r#"{"health":"true"}"#.into())
+        );
 
         let r = http("POST", port, "/readyz").await;
         assert_eq!((r.code, r.body.as_str()), (405, "Method Not Allowed\n"));
@@ -203,5 +209,8 @@ async fn alarms_fail_health_unless_excluded_and_corrupt_fails_readyz() {
     assert_eq!(get(port, "/health?exclude=CORRUPT").await.0, 200);
 
     set_alarm(&c, AlarmAction::Deactivate, AlarmType::Corrupt).await;
-    assert_eq!(get(port, "/readyz?verbose").await, (200, READY_VERBOSE.into()));
+    assert_eq!(
+        get(port, "/readyz?verbose").await,
+        (200, READY_VERBOSE.into())
+    );
 }
