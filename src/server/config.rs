@@ -899,7 +899,7 @@ mod tests {
             .unwrap();
         assert_eq!(Flags::from_arg_matches(&m).unwrap().name, "n");
         // (Another test sets an ignored flag's variable for a moment: look for this one.)
-        let given = super::super::config_compat::given(&m);
+        let given = crate::server::config_compat::given(&m);
         assert!(
             given.iter().any(|g| g.given == "--max-snapshots=5"),
             "{given:?}"
