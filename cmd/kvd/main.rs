@@ -27,7 +27,14 @@ fn main() {
     };
     log::init(&cfg.log);
     for var in &env.unrecognized {
-        tracing::warn!("unrecognized environment variable {var}");
+        // etcd 3.4's capnslog line, or etcd 3.5's zap message with the variable as a field.
+        match cfg.log.format {
+            config::LogFormat::Text => tracing::warn!("unrecognized environment variable {var}"),
+            config::LogFormat::Json => tracing::warn!(
+                "environment-variable" = var.as_str(),
+                "unrecognized environment variable"
+            ),
+        }
     }
     // Flags and feature gates kvd accepts for etcd's command lines but does not act on: one
     // warning each, so an operator learns what had no effect.
