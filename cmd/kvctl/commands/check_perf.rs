@@ -170,7 +170,7 @@ async fn connect_all(ctx: &Ctx, clients: usize) -> Result<Vec<Conn>, CliError> {
     let conns = (0..clients).map(|i| {
         let mut mine = eps.clone();
         mine.rotate_left(i % eps.len().max(1));
-        async move { Conn::connect(&mine, ctx.global.dial_timeout, deadline).await }
+        async move { Conn::connect(&mine, ctx.dial()?, deadline).await }
     });
     futures::future::try_join_all(conns).await
 }
@@ -295,9 +295,7 @@ pub async fn perf(ctx: &Ctx, a: CheckPerfArgs) -> Result<i32, CliError> {
             println!("Defragmenting {}", quote(ep.as_bytes()));
             let deadline = Instant::now() + CLEANUP_TIMEOUT;
             with_deadline(deadline, async {
-                let conn =
-                    Conn::connect(std::slice::from_ref(ep), ctx.global.dial_timeout, deadline)
-                        .await?;
+                let conn = Conn::connect(std::slice::from_ref(ep), ctx.dial()?, deadline).await?;
                 conn.maintenance().defragment(DefragmentRequest {}).await?;
                 Ok(())
             })

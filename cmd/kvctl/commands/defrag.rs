@@ -13,7 +13,7 @@ pub async fn defrag(ctx: &Ctx, a: DefragArgs) -> Result<i32, CliError> {
     for ep in endpoints(ctx, a.cluster).await? {
         let deadline = ctx.deadline();
         let r = with_deadline(deadline, async {
-            let conn = connect_one(&ep, ctx.global.dial_timeout, deadline).await?;
+            let conn = connect_one(&ep, ctx.dial()?, deadline).await?;
             conn.maintenance().defragment(DefragmentRequest {}).await?;
             Ok(())
         })
