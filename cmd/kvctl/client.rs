@@ -63,6 +63,13 @@ impl Conn {
         }
         // The scheme of the first endpoint decides TLS for all (clientv3 dials them as one).
         let tls = dial.tls.for_endpoint(endpoints[0].trim())?;
+        // With credentials, etcdctl connects and authenticates in clientv3.New, bounded by the
+        // dial timeout alone, and a failure there exits with code 2.
+        let (deadline, code) = match dial.auth {
+            Some(_) => (Instant::now() + dial.dial_timeout, EXIT_BAD_CONNECTION),
+            None => (deadline, crate::error::EXIT_ERROR),
+        };
+        let timed_out = || CliError::new(code, "context deadline exceeded");
         let channel = loop {
             if let Some(c) = Self::dial_any(endpoints, dial, &tls, deadline).await? {
                 break c;
@@ -70,7 +77,7 @@ impl Conn {
             let pause = Duration::from_millis(100);
             if Instant::now() + pause >= deadline {
                 tokio::time::sleep_until(deadline).await;
-                return Err(CliError::deadline());
+                return Err(timed_out());
             }
             tokio::time::sleep(pause).await;
         };
@@ -79,8 +86,7 @@ impl Conn {
             .as_ref()
             .map(|(u, p)| Credentials::new(u.clone(), p.clone()));
         if let Some(c) = &creds {
-            let auth_deadline = (Instant::now() + dial.dial_timeout).min(deadline);
-            match tokio::time::timeout_at(auth_deadline, c.authenticate(channel.clone())).await {
+            match tokio::time::timeout_at(deadline, c.authenticate(channel.clone())).await {
                 Ok(Ok(())) => {}
                 Ok(Err(s)) => return Err(CliError::new(EXIT_BAD_CONNECTION, status_message(&s))),
                 Err(_) => {
@@ -116,7 +122,10 @@ impl Conn {
             let timeout = dial.dial_timeout.min(deadline - now);
             let endpoint = endpoint.connect_timeout(timeout);
             let connected = match tls {
-                None => tokio::time::timeout(timeout, endpoint.connect()).await,
+                None => {
+                    let connector = tower::service_fn(crate::tls::dial_plain);
+                    tokio::time::timeout(timeout, endpoint.connect_with_connector(connector)).await
+                }
                 Some(cfg) => {
                     let cfg = cfg.clone();
                     let connector =

@@ -17,7 +17,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -169,7 +169,13 @@ fn build(
     } else {
         builder
             .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
-            .map_err(|e| CliError::bad_args(format!("tls: {e}")))?
+            .map_err(|e| match e {
+                // Go's tls.LoadX509KeyPair wording.
+                rustls::Error::InconsistentKeys(_) => {
+                    CliError::bad_args("tls: private key does not match public key")
+                }
+                e => CliError::bad_args(format!("tls: {e}")),
+            })?
     };
     // gRPC needs HTTP/2, negotiated by ALPN as grpc-go does.
     cfg.alpn_protocols = vec![b"h2".to_vec()];
@@ -226,46 +232,87 @@ impl ServerCertVerifier for NoVerify {
     }
 }
 
-/// Dials `uri` over TCP, runs the TLS handshake and waits for the server's first bytes: tonic's
-/// connector for TLS endpoints.
+/// The client connection preface of HTTP/2 (RFC 9113, 3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Reads the server's first bytes, which must start an HTTP/2 SETTINGS frame.
 ///
-/// Waiting matters with TLS 1.3, where the client finishes its handshake before the server has
-/// checked the client's certificate: a server that refuses the certificate answers with an
-/// alert instead of its HTTP/2 SETTINGS. Like grpc-go, kvctl then counts the connection as
-/// failed (and keeps trying until the deadline) instead of failing the first request.
-pub async fn dial(
-    cfg: Arc<ClientConfig>,
-    uri: http::Uri,
-) -> Result<TokioIo<Prefixed<TlsStream<TcpStream>>>, std::io::Error> {
+/// grpc-go counts a connection as up only once the server's SETTINGS arrived; kvctl does the
+/// same, so that a server that refuses the connection makes it retry until the deadline
+/// (`context deadline exceeded`, as etcdctl) instead of failing the first request. With TLS
+/// 1.3 the client's handshake ends before the server has checked the client's certificate: a
+/// refused certificate shows here as an alert. A TLS server dialled in plaintext closes.
+async fn server_settings<S: AsyncRead + Unpin>(io: &mut S) -> std::io::Result<Vec<u8>> {
+    let mut first = vec![0u8; 4096];
+    let n = io.read(&mut first).await?;
+    first.truncate(n);
+    // A frame header: 3 bytes of length, then the type; SETTINGS is 4.
+    if n < 4 || first[3] != 4 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the server did not start HTTP/2",
+        ));
+    }
+    Ok(first)
+}
+
+fn host_port(uri: &http::Uri, default_port: u16) -> std::io::Result<(String, u16)> {
     let host = uri
         .host()
         .ok_or_else(|| std::io::Error::other("endpoint has no host"))?
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let port = uri.port_u16().unwrap_or(443);
+    Ok((host, uri.port_u16().unwrap_or(default_port)))
+}
+
+/// Dials `uri` over TCP, runs the TLS handshake and waits for the server's SETTINGS: tonic's
+/// connector for TLS endpoints.
+pub async fn dial(
+    cfg: Arc<ClientConfig>,
+    uri: http::Uri,
+) -> Result<TokioIo<Prefixed<TlsStream<TcpStream>>>, std::io::Error> {
+    let (host, port) = host_port(&uri, 443)?;
     let tcp = TcpStream::connect((host.as_str(), port)).await?;
     tcp.set_nodelay(true)?;
     let name = ServerName::try_from(host).map_err(std::io::Error::other)?;
     let mut tls = TlsConnector::from(cfg).connect(name, tcp).await?;
-    let mut first = vec![0u8; 4096];
-    let n = tls.read(&mut first).await?;
-    if n == 0 {
-        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-    }
-    first.truncate(n);
-    Ok(TokioIo::new(Prefixed {
-        prefix: first,
-        pos: 0,
-        inner: tls,
-    }))
+    // Go's HTTP/2 server sends its SETTINGS right after the handshake.
+    let first = server_settings(&mut tls).await?;
+    Ok(TokioIo::new(Prefixed::new(first, 0, tls)))
 }
 
-/// A stream whose first bytes were already read: they are returned again before the rest.
+/// Dials `uri` over TCP without TLS, sends the HTTP/2 preface and waits for the server's
+/// SETTINGS: tonic's connector for plaintext endpoints. The preface is sent early because
+/// etcd's plaintext port (cmux) says nothing before it has seen one; hyper's own copy is
+/// then dropped.
+pub async fn dial_plain(uri: http::Uri) -> Result<TokioIo<Prefixed<TcpStream>>, std::io::Error> {
+    let (host, port) = host_port(&uri, 80)?;
+    let mut tcp = TcpStream::connect((host.as_str(), port)).await?;
+    tcp.set_nodelay(true)?;
+    tcp.write_all(PREFACE).await?;
+    let first = server_settings(&mut tcp).await?;
+    Ok(TokioIo::new(Prefixed::new(first, PREFACE.len(), tcp)))
+}
+
+/// A stream whose first bytes were already read (they are returned again before the rest) and
+/// whose first `skip` written bytes were already sent (the HTTP/2 preface: they are dropped).
 pub struct Prefixed<S> {
     prefix: Vec<u8>,
     pos: usize,
+    skip: usize,
     inner: S,
+}
+
+impl<S> Prefixed<S> {
+    fn new(prefix: Vec<u8>, skip: usize, inner: S) -> Self {
+        Prefixed {
+            prefix,
+            pos: 0,
+            skip,
+            inner,
+        }
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
@@ -291,6 +338,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        if self.skip > 0 {
+            // A short write: the caller sends the rest of its buffer next.
+            let n = self.skip.min(buf.len());
+            self.skip -= n;
+            return Poll::Ready(Ok(n));
+        }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {

@@ -1,6 +1,6 @@
 //! `user add|delete|get|list|passwd|grant-role|revoke-role` with etcdctl 3.4's arguments,
-//! prompts, output and exit codes. Like etcdctl, only connecting has a deadline: the requests
-//! themselves have none (`context.TODO()`).
+//! prompts, output and exit codes. Like etcdctl, the requests have no deadline
+//! (`context.TODO()`).
 use kvd::proto::authpb::UserAddOptions;
 use kvd::proto::etcdserverpb::{
     AuthRoleGetRequest, AuthUserAddRequest, AuthUserAddResponse, AuthUserChangePasswordRequest,
@@ -14,10 +14,13 @@ use crate::commands::{emit, Ctx};
 use crate::error::CliError;
 use crate::password;
 
-/// Connects within the dial timeout (clientv3.New), for a request without deadline.
+/// Connects for a request without deadline: like etcdctl's `context.TODO()`, an unreachable
+/// cluster is retried until the command is interrupted. Authenticating still has the dial
+/// timeout (clientv3.New's `getToken`).
 pub(crate) async fn connect(ctx: &Ctx) -> Result<Conn, CliError> {
-    ctx.connect(tokio::time::Instant::now() + ctx.global.dial_timeout)
-        .await
+    // A deadline far enough to be none (a year), without overflowing the clock.
+    let forever = tokio::time::Instant::now() + std::time::Duration::from_secs(365 * 24 * 3600);
+    ctx.connect(forever).await
 }
 
 pub async fn add(ctx: &Ctx, a: UserAddArgs) -> Result<i32, CliError> {
