@@ -158,3 +158,35 @@ impl Service<http::Request<Body>> for AuthChannel {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trailers_only(code: tonic::Code, msg: &str) -> http::Response<Body> {
+        let mut resp = http::Response::new(Body::empty());
+        let status = tonic::Status::new(code, msg);
+        status.add_header(resp.headers_mut()).unwrap();
+        resp
+    }
+
+    #[test]
+    fn refresh_on_token_errors_only() {
+        let r = trailers_only(
+            tonic::Code::Unauthenticated,
+            "etcdserver: invalid auth token",
+        );
+        assert!(needs_new_token(&r));
+        let r = trailers_only(
+            tonic::Code::InvalidArgument,
+            "etcdserver: user name is empty",
+        );
+        assert!(needs_new_token(&r));
+        let r = trailers_only(
+            tonic::Code::PermissionDenied,
+            "etcdserver: permission denied",
+        );
+        assert!(!needs_new_token(&r));
+        assert!(!needs_new_token(&http::Response::new(Body::empty())));
+    }
+}

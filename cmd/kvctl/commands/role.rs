@@ -203,3 +203,47 @@ pub async fn revoke_permission(ctx: &Ctx, a: RolePermArgs) -> Result<i32, CliErr
     emit(&ctx.printer.auth_header_only(&line, &r.header, &r)?);
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn ranges() {
+        let r = |a: &[&str], p, f| perm_range(&args(a), p, f);
+        assert_eq!(r(&["k"], false, false).unwrap(), (b"k".to_vec(), vec![]));
+        assert_eq!(
+            r(&["k"], true, false).unwrap(),
+            (b"k".to_vec(), b"l".to_vec())
+        );
+        assert_eq!(r(&["k"], false, true).unwrap(), (b"k".to_vec(), vec![0]));
+        assert_eq!(
+            r(&["a", "c"], false, false).unwrap(),
+            (b"a".to_vec(), b"c".to_vec())
+        );
+        // The empty key is every key: "\0", open ended with a flag.
+        assert_eq!(r(&[""], false, false).unwrap(), (vec![0], vec![]));
+        assert_eq!(r(&[""], true, false).unwrap(), (vec![0], vec![0]));
+        assert_eq!(
+            r(&[""], true, true).unwrap_err().msg,
+            "--from-key and --prefix flags are mutually exclusive"
+        );
+        assert_eq!(
+            r(&["a", "c"], true, false).unwrap_err().msg,
+            "unexpected endkey argument with --prefix flag"
+        );
+    }
+
+    #[test]
+    fn permission_names() {
+        assert_eq!(perm_type("readWrite").unwrap(), permission::Type::Readwrite);
+        assert_eq!(
+            perm_type("x").unwrap_err().msg,
+            "invalid permission type: x"
+        );
+    }
+}
