@@ -12,7 +12,7 @@ use kvd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 
 use crate::client::{with_deadline, Conn};
 use crate::commands::{emit, Ctx};
-use crate::error::{CliError, EXIT_ERROR};
+use crate::error::{CliError, EXIT_BAD_CONNECTION, EXIT_ERROR};
 use crate::output::EpHealth;
 
 /// The endpoints to check: the `--endpoints` as given, or with `--cluster` every member's
@@ -76,6 +76,13 @@ where
             Ok(call(conn.maintenance()).await?.into_inner())
         })
         .await;
+        // etcdctl makes one client for all endpoints: failing to authenticate ends the
+        // command (exit code 2) instead of marking one endpoint as failed.
+        if let Err(e) = &r {
+            if e.code == EXIT_BAD_CONNECTION {
+                return Err(e.clone());
+            }
+        }
         out.push((ep, r));
     }
     Ok(out)
