@@ -207,6 +207,12 @@ fn passwords_from_stdin() {
         (r.code, r.stderr.as_str()),
         (2, "Error: context deadline exceeded\n")
     );
+    // An empty password means no authentication (clientv3 needs both): a plain request.
+    let r = kvctl(&["--user", "alice", "get", "k"], "\n");
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (1, "Error: context deadline exceeded\n")
+    );
 }
 
 #[test]

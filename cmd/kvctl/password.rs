@@ -6,8 +6,8 @@ use std::io::{BufRead, Write};
 use crate::error::{CliError, EXIT_BAD_ARGS, EXIT_ERROR};
 
 /// Splits `--user name:password` (or `--user name --password pw`); a missing password is
-/// asked for. `None` when no user is given. A pair with an empty password is returned as is:
-/// clientv3 then does not authenticate (`getToken` needs both).
+/// asked for. `None` when no user is given. A pair with an empty part is returned as is (the
+/// caller drops it: clientv3 authenticates only with both).
 pub fn credentials(user: &str, password: &str) -> Result<Option<(String, String)>, CliError> {
     if user.is_empty() {
         return Ok(None);

@@ -61,7 +61,9 @@ impl Ctx {
         }
         let g = &self.global;
         let tls = TlsSettings::from_args(g)?;
-        let auth = crate::password::credentials(&g.user, &g.password)?;
+        // clientv3 authenticates only with both a name and a password.
+        let auth = crate::password::credentials(&g.user, &g.password)?
+            .filter(|(u, p)| !u.is_empty() && !p.is_empty());
         let d = Dial {
             dial_timeout: g.dial_timeout,
             tls,
