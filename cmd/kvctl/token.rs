@@ -7,14 +7,14 @@
 //! - `Authenticate` itself goes over the bare channel, never with a token.
 //! - A unary request answered with `invalid auth token`, `user name is empty` or `revision of
 //!   auth store is old` is re-authenticated and sent once more, as clientv3's retry
-//!   interceptor does. Bidirectional streams (Watch, LeaseKeepAlive) are not replayed: their
-//!   request body is open-ended.
+//!   interceptor does; for that, unary requests and responses that carry a token are
+//!   buffered. Streams (Watch, LeaseKeepAlive, Snapshot) are neither buffered nor replayed.
 use std::sync::{Arc, RwLock};
 
-use axum::body::HttpBody;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::HeaderValue;
+use http_body_util::{BodyExt, Full};
 use kvd::proto::etcdserverpb::{auth_client::AuthClient, AuthenticateRequest};
 use tonic::body::Body;
 use tonic::codegen::{Service, StdError};
@@ -25,10 +25,11 @@ use crate::error::EtcdError;
 /// gRPC metadata key of the token (`rpctypes.TokenFieldNameGRPC`).
 const TOKEN_KEY: &str = "token";
 
-/// Methods whose request is a client stream, which cannot be buffered for a retry.
+/// Methods with a streamed request or response, which are not buffered for a retry.
 const STREAMING: &[&str] = &[
     "/etcdserverpb.Watch/Watch",
     "/etcdserverpb.Lease/LeaseKeepAlive",
+    "/etcdserverpb.Maintenance/Snapshot",
 ];
 
 /// A user's credentials and its current token.
@@ -90,28 +91,46 @@ fn with_token(mut req: http::Request<Body>, creds: &Credentials) -> http::Reques
     req
 }
 
-/// Reads a unary request body completely (a few bytes to a few MiB: etcd's request limit).
-async fn collect(mut body: Body) -> Result<Bytes, StdError> {
-    let mut buf = BytesMut::new();
-    while let Some(frame) =
-        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
-    {
-        if let Ok(data) = frame?.into_data() {
-            buf.extend_from_slice(&data);
-        }
-    }
-    Ok(buf.freeze())
+/// Reads a unary body completely: its data and its trailers.
+async fn collect(body: Body) -> Result<(Bytes, Option<http::HeaderMap>), StdError> {
+    let collected = body.collect().await.map_err(|e| -> StdError { e.into() })?;
+    let trailers = collected.trailers().cloned();
+    Ok((collected.to_bytes(), trailers))
 }
 
-/// Whether a trailers-only error response asks for a fresh token.
-fn needs_new_token(resp: &http::Response<Body>) -> bool {
-    match tonic::Status::from_header_map(resp.headers()) {
+/// A body that yields `data`, then `trailers`.
+fn replay(data: Bytes, trailers: Option<http::HeaderMap>) -> Body {
+    let body = Full::new(data).with_trailers(async move { trailers.map(Ok) });
+    Body::new(body)
+}
+
+/// Whether an error status (trailers-only in the headers, or in the trailers: etcd's TLS port
+/// answers through Go's HTTP server, which sends them apart) asks for a fresh token.
+fn needs_new_token(headers: &http::HeaderMap, trailers: Option<&http::HeaderMap>) -> bool {
+    let status = tonic::Status::from_header_map(headers)
+        .or_else(|| trailers.and_then(tonic::Status::from_header_map));
+    match status {
         Some(s) if s.code() != tonic::Code::Ok => matches!(
             EtcdError::of(&s),
             Some(EtcdError::InvalidAuthToken | EtcdError::UserEmpty | EtcdError::AuthOldRevision)
         ),
         _ => false,
     }
+}
+
+/// Sends a buffered unary request with the current token; the response comes back buffered.
+async fn send(
+    inner: &mut Channel,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    creds: &Credentials,
+) -> Result<(http::response::Parts, Bytes, Option<http::HeaderMap>), StdError> {
+    std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+    let req = http::Request::from_parts(parts.clone(), Body::new(Full::new(body.clone())));
+    let resp = inner.call(with_token(req, creds)).await?;
+    let (rparts, rbody) = resp.into_parts();
+    let (data, trailers) = collect(rbody).await?;
+    Ok((rparts, data, trailers))
 }
 
 impl Service<http::Request<Body>> for AuthChannel {
@@ -139,22 +158,15 @@ impl Service<http::Request<Body>> for AuthChannel {
         }
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            let body = collect(body).await?;
-            let first = http::Request::from_parts(
-                parts.clone(),
-                Body::new(axum::body::Body::from(body.clone())),
-            );
-            let resp = inner.call(with_token(first, &creds)).await?;
-            if !needs_new_token(&resp) {
-                return Ok(resp);
+            let (body, _) = collect(body).await?;
+            let (rparts, data, trailers) = send(&mut inner, &parts, &body, &creds).await?;
+            if !needs_new_token(&rparts.headers, trailers.as_ref())
+                || creds.authenticate(inner.clone()).await.is_err()
+            {
+                return Ok(http::Response::from_parts(rparts, replay(data, trailers)));
             }
-            if creds.authenticate(inner.clone()).await.is_err() {
-                return Ok(resp);
-            }
-            let second = http::Request::from_parts(parts, Body::new(axum::body::Body::from(body)));
-            let mut again = inner.clone();
-            std::future::poll_fn(|cx| again.poll_ready(cx)).await?;
-            Ok(again.call(with_token(second, &creds)).await?)
+            let (rparts, data, trailers) = send(&mut inner, &parts, &body, &creds).await?;
+            Ok(http::Response::from_parts(rparts, replay(data, trailers)))
         })
     }
 }
@@ -163,30 +175,32 @@ impl Service<http::Request<Body>> for AuthChannel {
 mod tests {
     use super::*;
 
-    fn trailers_only(code: tonic::Code, msg: &str) -> http::Response<Body> {
-        let mut resp = http::Response::new(Body::empty());
-        let status = tonic::Status::new(code, msg);
-        status.add_header(resp.headers_mut()).unwrap();
-        resp
+    fn trailers_only(code: tonic::Code, msg: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        tonic::Status::new(code, msg).add_header(&mut h).unwrap();
+        h
     }
 
     #[test]
     fn refresh_on_token_errors_only() {
-        let r = trailers_only(
+        let empty = http::HeaderMap::new();
+        let invalid = trailers_only(
             tonic::Code::Unauthenticated,
             "etcdserver: invalid auth token",
         );
-        assert!(needs_new_token(&r));
+        assert!(needs_new_token(&invalid, None));
+        // etcd's TLS port sends the status in the trailers.
+        assert!(needs_new_token(&empty, Some(&invalid)));
         let r = trailers_only(
             tonic::Code::InvalidArgument,
             "etcdserver: user name is empty",
         );
-        assert!(needs_new_token(&r));
+        assert!(needs_new_token(&r, None));
         let r = trailers_only(
             tonic::Code::PermissionDenied,
             "etcdserver: permission denied",
         );
-        assert!(!needs_new_token(&r));
-        assert!(!needs_new_token(&http::Response::new(Body::empty())));
+        assert!(!needs_new_token(&r, None));
+        assert!(!needs_new_token(&empty, None));
     }
 }

@@ -13,8 +13,8 @@
 # Certificates are made with openssl: a CA, a server certificate for 127.0.0.1/localhost,
 # client certificates with CN=root, CN=alice and CN=nobody (not a user), and a certificate
 # with CN=root signed by an untrusted CA. The server runs with --cert-file --key-file
-# --trusted-ca-file --client-cert-auth on an https client URL (plain http between peers: a
-# single member). Every server is fresh, so revisions compare; member and cluster ids, raft
+# --trusted-ca-file --client-cert-auth --auth-token-ttl=2 on an https client URL (plain http
+# between peers: a single member). Every server is fresh, so revisions compare; member and cluster ids, raft
 # terms, header revisions and ports are masked. Exit status: 0 when every diff is empty, 1
 # otherwise (the diff is printed), 2 when a server does not start.
 set -u
@@ -102,7 +102,7 @@ start_server() {
         --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
         --initial-cluster "node1=http://127.0.0.1:$peer" \
         --cert-file "$CERTS/server.pem" --key-file "$CERTS/server-key.pem" \
-        --trusted-ca-file "$CERTS/ca.pem" --client-cert-auth \
+        --trusted-ca-file "$CERTS/ca.pem" --client-cert-auth --auth-token-ttl=2 \
         >"$WORK/$name/log" 2>&1 &
     SERVER_PID=$!
     EP=https://127.0.0.1:$client
@@ -290,6 +290,10 @@ scenario() {
     run root user grant-role alice ro
     run alice get /ro/a
     run nobody --user alice:alicepw get /ro/a
+    # A token that expires while the command runs (--auth-token-ttl=2): the unlock after the
+    # sleep is refused with "invalid auth token", the client authenticates again and retries.
+    run -t 10 nobody --user root:rootpw lock l sleep 3
+    run -t 10 nobody --user alice:alicepw lock /ro/l sleep 3
     # Password change.
     run -i $'newpw\n' root user passwd alice --interactive=false
     run nobody --user alice:alicepw get /ro/a
