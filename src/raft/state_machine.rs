@@ -594,6 +594,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Read through and checked before it is renamed into place: as the newest snapshot,
         // a file that cannot be loaded would fail every restart. Done before the gates are
         // taken, so reads and defragmentation go on meanwhile.
+        let t0 = std::time::Instant::now();
         let dir = self.shared.snap_dir.clone();
         let checked_meta = meta.clone();
         let checked = tokio::task::spawn_blocking(move || {
@@ -601,6 +602,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         })
         .await
         .map_err(io::Error::other)??;
+        let (t1, bytes) = (std::time::Instant::now(), checked.bytes);
         let _defrag = self.shared.defrag_gate.read().await;
         // Readers wait for the end of the install rather than see a half-loaded store.
         let _no_reads = self.shared.install_gate.write().await;
@@ -614,6 +616,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let (_, entries) = snapshot_file::entries(&path)?;
             self.load_snapshot(meta, entries)?;
             snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
+            tracing::info!(
+                index = meta.last_log_id.map_or(0, |l| l.index),
+                bytes,
+                check_ms = (t1 - t0).as_millis() as u64,
+                load_ms = t1.elapsed().as_millis() as u64,
+                "installed snapshot"
+            );
             Ok(())
         })
     }
