@@ -21,6 +21,8 @@ pub mod peer_service;
 pub mod prober;
 pub mod read_batch;
 pub mod snapshot_file;
+pub mod snapshot_format;
+pub mod snapshot_stream;
 pub mod state_machine;
 pub mod types;
 

@@ -43,10 +43,9 @@ use super::log_store::encode;
 use super::peer_error::PeerFailure;
 use super::types::{Member, NodeId, Snapshot, TypeConfig, Vote};
 use crate::proto::kvdpb::peer_client::PeerClient;
-use crate::proto::kvdpb::{RaftBlob, SnapshotChunk};
+use crate::proto::kvdpb::RaftBlob;
 
 pub use super::limits::MAX_PEER_MESSAGE;
-use super::limits::SNAPSHOT_CHUNK;
 
 /// Fault testing only: `peerURL=dialURL,...`. This member dials `dialURL` whenever it would
 /// dial `peerURL`, so a test can put a fault-injecting proxy on each member-to-member link
@@ -265,7 +264,7 @@ impl PeerConnection {
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerConnection {
-    type SnapshotData = Vec<u8>;
+    type SnapshotData = super::snapshot_file::SnapshotFile;
 
     /// openraft's own backoff, applied once a stream is open (a peer that answers but accepts
     /// nothing, or a stream that broke). It starts short because it is also paid once by the
@@ -376,22 +375,21 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                 return Err(StreamingError::Unreachable(Unreachable::new(&Msg(e))));
             }
         };
+        // Streamed from the file, a chunk at a time (see `snapshot_stream`).
         let header = encode(&(vote, snapshot.meta.clone()));
-        let data = snapshot.snapshot;
-        let mut chunks = vec![SnapshotChunk {
-            header,
-            data: Vec::new(),
-        }];
-        chunks.extend(data.chunks(SNAPSHOT_CHUNK).map(|c| SnapshotChunk {
-            header: Vec::new(),
-            data: c.to_vec(),
-        }));
-        let send = client.install_snapshot(futures::stream::iter(chunks));
+        let (chunks, read_failure) = super::snapshot_stream::chunks(header, snapshot.snapshot);
+        let send = client.install_snapshot(chunks);
         let resp = tokio::select! {
             r = send => r,
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
         self.links.record(self.target, &resp);
+        if let Some(e) = read_failure.lock().unwrap().take() {
+            // The receiver refused the short file; the next send starts from the newest one.
+            return Err(StreamingError::Unreachable(Unreachable::new(&Msg(
+                format!("reading the snapshot file: {e}"),
+            ))));
+        }
         let resp = match resp {
             Ok(r) => {
                 self.retry = Retry::default();
