@@ -159,6 +159,16 @@ pub struct Flags {
         default_missing_value = "true"
     )]
     pub force_new_cluster: bool,
+
+    // Memory budget (issue 20)
+    /// Bytes of decoded pages the storage engine keeps in memory (kvd only; etcd's bbolt
+    /// relies on the OS page cache). Pages beyond it are read back from the data files.
+    #[arg(
+        long,
+        env = "KVD_EXPERIMENTAL_BACKEND_CACHE_BYTES",
+        default_value_t = crate::mvcc::EngineOptions::DEFAULT_CACHE_BYTES
+    )]
+    pub experimental_backend_cache_bytes: u64,
 }
 
 // Quota, alarms and corruption checks (issue 18)
@@ -217,6 +227,10 @@ pub struct Config {
     pub auto_compaction: Option<AutoCompaction>,
     /// `--force-new-cluster`: start as the only voter of this member's cluster.
     pub force_new_cluster: bool,
+
+    // Memory budget (issue 20)
+    /// How the storage engine is opened (`--experimental-backend-cache-bytes`).
+    pub engine: crate::mvcc::EngineOptions,
 }
 
 // Compaction, defragment and force-new-cluster (issue 18)
@@ -534,6 +548,13 @@ impl Flags {
         if watch_progress_notify_interval.is_zero() {
             return err("--watch-progress-notify-interval must be positive");
         }
+        // Memory budget (issue 20)
+        if self.experimental_backend_cache_bytes < crate::mvcc::EngineOptions::MIN_CACHE_BYTES {
+            return err(format!(
+                "--experimental-backend-cache-bytes must be at least {}",
+                crate::mvcc::EngineOptions::MIN_CACHE_BYTES
+            ));
+        }
         Ok(Config {
             name: self.name,
             data_dir,
@@ -580,6 +601,10 @@ impl Flags {
                 &self.auto_compaction_retention,
             )?,
             force_new_cluster: self.force_new_cluster,
+            // Memory budget (issue 20)
+            engine: crate::mvcc::EngineOptions {
+                cache_bytes: self.experimental_backend_cache_bytes,
+            },
         })
     }
 }
@@ -875,5 +900,18 @@ mod tests {
             compute_member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster", None)
         );
         assert_eq!(compute_cluster_id(&[a, b]), compute_cluster_id(&[b, a]));
+    }
+
+    // Memory budget (issue 20)
+    #[test]
+    fn backend_cache_bytes_is_bounded_and_validated() {
+        let c = flags(&[]).unwrap();
+        assert_eq!(c.engine, crate::mvcc::EngineOptions::default());
+        assert_eq!(c.engine.cache_bytes, 64 << 20);
+        let c = flags(&["--experimental-backend-cache-bytes=1048576"]).unwrap();
+        assert_eq!(c.engine.cache_bytes, 1 << 20);
+        // Below the minimum: refused at start, not a panic inside the engine.
+        assert!(flags(&["--experimental-backend-cache-bytes=255"]).is_err());
+        assert!(flags(&["--experimental-backend-cache-bytes=-1"]).is_err());
     }
 }
