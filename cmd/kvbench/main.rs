@@ -14,6 +14,7 @@
 mod conns;
 mod fsync;
 mod keys;
+mod list;
 mod ops;
 mod report;
 mod runner;
@@ -110,6 +111,16 @@ enum Cmd {
     /// Delay from each put's response to each watcher receiving its event (etcd's
     /// `benchmark watch-latency`), optionally with stalled watchers and a no-watcher baseline.
     WatchLatency(watch::WatchArgs),
+    /// A full paginated listing of the key space, pages pinned to the first page's revision
+    /// (as Kubernetes' API server lists); reports its time.
+    List {
+        /// Keys per page (the API server's default is 500).
+        #[arg(long, default_value_t = 500)]
+        page: i64,
+        /// l: linearizable, s: serializable.
+        #[arg(long, default_value = "l")]
+        consistency: String,
+    },
     /// Local disk check: sequential 2300-byte writes, each fdatasynced (etcd's fio guidance).
     Fsync {
         /// Directory to write the test file in (put it on the disk the data dir will use).
@@ -144,6 +155,14 @@ async fn run_net(g: Global, cmd: Cmd) -> anyhow::Result<()> {
         return watch::run(g, a).await;
     }
     let channels = conns::connect(&g).await?;
+    if let Cmd::List { page, consistency } = cmd {
+        let serializable = ops::serializable(&consistency)?;
+        let ch = channels
+            .into_iter()
+            .next()
+            .expect("at least one connection");
+        return list::run(ch, page, serializable, g.json).await;
+    }
     let op = match cmd {
         Cmd::Put(k) => ops::Op::put(&k)?,
         Cmd::TxnPut { keys, txn_ops } => ops::Op::txn_put(&keys, txn_ops)?,
@@ -153,7 +172,9 @@ async fn run_net(g: Global, cmd: Cmd) -> anyhow::Result<()> {
             consistency,
             limit,
         } => ops::Op::range(key, end, &consistency, limit)?,
-        Cmd::Fsync { .. } | Cmd::WatchLatency(_) => unreachable!("handled above"),
+        Cmd::Fsync { .. } | Cmd::WatchLatency(_) | Cmd::List { .. } => {
+            unreachable!("handled above")
+        }
     };
     let name = op.name();
     let r = runner::run(&g, channels, op).await?;

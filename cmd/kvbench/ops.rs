@@ -23,6 +23,15 @@ pub enum Op {
     },
 }
 
+/// `--consistency`: l (linearizable) or s (serializable); true for serializable.
+pub fn serializable(consistency: &str) -> anyhow::Result<bool> {
+    match consistency {
+        "l" => Ok(false),
+        "s" => Ok(true),
+        c => anyhow::bail!("--consistency must be 'l' or 's', got {c:?}"),
+    }
+}
+
 /// One value for the whole run, like etcd's tool: random so compression cannot flatter it.
 pub fn random_value(size: usize) -> Vec<u8> {
     use rand::RngCore;
@@ -59,11 +68,7 @@ impl Op {
         consistency: &str,
         limit: i64,
     ) -> anyhow::Result<Op> {
-        let serializable = match consistency {
-            "l" => false,
-            "s" => true,
-            c => anyhow::bail!("--consistency must be 'l' or 's', got {c:?}"),
-        };
+        let serializable = serializable(consistency)?;
         Ok(Op::Range {
             req: RangeRequest {
                 key: key.into_bytes(),

@@ -3,12 +3,11 @@ use clap::FromArgMatches;
 use kvd::server::config::{self, Flags};
 use kvd::server::{config_compat, config_env};
 
+mod alloc;
 mod log;
 
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
+    alloc::apply_defaults();
     let matches = config::command().get_matches();
     let env = match config_env::check_env(&matches, std::env::vars_os()) {
         Ok(r) => r,

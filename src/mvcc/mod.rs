@@ -91,7 +91,7 @@ use std::time::{Duration, Instant};
 
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
 pub use defrag::Copied;
-pub use engine::{Engine, SledEngine, StoreEngine};
+pub use engine::{Engine, EngineOptions, SledEngine, StoreEngine};
 pub use error::MvccError;
 pub use etcd_image::{entries_from_etcd, Pairs, TreeEntries};
 pub use hash::{Crc32c, KvHash};

@@ -64,7 +64,7 @@ impl StateMachine {
         let started = Instant::now();
         let from = self.db_dir();
         let to = engine_dir::prepare_next(&from)?;
-        let fresh = StoreEngine::open(&to)?;
+        let fresh = StoreEngine::open_with(&to, self.shared.mvcc.engine().options())?;
         let res = self
             .shared
             .mvcc

@@ -49,7 +49,9 @@ use super::types::{
     Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use crate::mvcc::failpoint::crash_point;
-use crate::mvcc::{Engine, MvccError, MvccStore, StoreEngine, WriteRequest, WriteResponse};
+use crate::mvcc::{
+    Engine, EngineOptions, MvccError, MvccStore, StoreEngine, WriteRequest, WriteResponse,
+};
 use crate::proto::depth;
 use crate::proto::etcdserverpb::{AlarmResponse, RangeRequest, RangeResponse};
 use crate::proto::kvdpb::{
@@ -120,11 +122,16 @@ impl StateMachine {
     /// Opens (or creates) the state machine under `dir` (`dir/db` for the MVCC engine,
     /// `dir/snap` for snapshot files) and repairs an interrupted snapshot install.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(dir, EngineOptions::default())
+    }
+
+    /// Like [`open`](Self::open), with the engine opened with `engine` (its memory budget).
+    pub fn open_with(dir: &Path, engine: EngineOptions) -> Result<Self, StoreError> {
         let snap_dir = dir.join("snap");
         crate::wal::create_dir_durable(&crate::wal::RealFs, &snap_dir)?;
         let db_dir = super::engine_dir::open_current(dir)?;
         snapshot_file::remove_temporaries(&snap_dir)?;
-        let mvcc = MvccStore::open(StoreEngine::open(&db_dir)?)?;
+        let mvcc = MvccStore::open(StoreEngine::open_with(&db_dir, engine)?)?;
         let (applied_tx, _) = watch::channel(0);
         let (revision_tx, _) = watch::channel(mvcc.current_revision());
         let sm = StateMachine {

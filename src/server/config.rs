@@ -159,6 +159,15 @@ pub struct Flags {
     )]
     pub force_new_cluster: bool,
 
+    // Memory budget (issue 20)
+    /// Bytes of decoded pages the storage engine keeps in memory (kvd only; etcd's bbolt
+    /// relies on the OS page cache). Pages beyond it are read back from the data files.
+    #[arg(
+        long,
+        env = "KVD_EXPERIMENTAL_BACKEND_CACHE_BYTES",
+        default_value_t = crate::mvcc::EngineOptions::DEFAULT_CACHE_BYTES
+    )]
+    pub experimental_backend_cache_bytes: u64,
     // TLS for clients and peers (issue 19): see config_tls.rs.
     #[command(flatten)]
     pub tls: super::config_tls::TlsFlags,
@@ -247,6 +256,9 @@ pub struct Config {
     /// Settings accepted without effect (etcd feature gates kvd does not have), one message
     /// each, for the binary to log once at start.
     pub without_effect: Vec<String>,
+    // Memory budget (issue 20)
+    /// How the storage engine is opened (`--experimental-backend-cache-bytes`).
+    pub engine: crate::mvcc::EngineOptions,
 }
 
 // Compaction, defragment and force-new-cluster (issue 18)
@@ -615,6 +627,13 @@ impl Flags {
                 &self.experimental_corrupt_check_time,
             )?,
         };
+        // Memory budget (issue 20)
+        if self.experimental_backend_cache_bytes < crate::mvcc::EngineOptions::MIN_CACHE_BYTES {
+            return err(format!(
+                "--experimental-backend-cache-bytes must be at least {}",
+                crate::mvcc::EngineOptions::MIN_CACHE_BYTES
+            ));
+        }
         Ok(Config {
             name: self.name,
             data_dir,
@@ -662,6 +681,10 @@ impl Flags {
             force_new_cluster: self.force_new_cluster,
             tls,
             without_effect: gates.without_effect,
+            // Memory budget (issue 20)
+            engine: crate::mvcc::EngineOptions {
+                cache_bytes: self.experimental_backend_cache_bytes,
+            },
         })
     }
 }
@@ -1004,5 +1027,18 @@ mod tests {
             compute_member_id(&["http://127.0.0.1:2380".into()], "etcd-cluster", None)
         );
         assert_eq!(compute_cluster_id(&[a, b]), compute_cluster_id(&[b, a]));
+    }
+
+    // Memory budget (issue 20)
+    #[test]
+    fn backend_cache_bytes_is_bounded_and_validated() {
+        let c = flags(&[]).unwrap();
+        assert_eq!(c.engine, crate::mvcc::EngineOptions::default());
+        assert_eq!(c.engine.cache_bytes, 64 << 20);
+        let c = flags(&["--experimental-backend-cache-bytes=1048576"]).unwrap();
+        assert_eq!(c.engine.cache_bytes, 1 << 20);
+        // Below the minimum: refused at start, not a panic inside the engine.
+        assert!(flags(&["--experimental-backend-cache-bytes=255"]).is_err());
+        assert!(flags(&["--experimental-backend-cache-bytes=-1"]).is_err());
     }
 }

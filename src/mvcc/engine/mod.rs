@@ -43,6 +43,33 @@ pub use self::sled::SledEngine;
 /// The engine the store runs on.
 pub type StoreEngine = SledEngine;
 
+/// How an engine is opened: the memory it may keep for itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Bytes of decoded pages the engine keeps in memory (sled's `cache_capacity`). Pages
+    /// beyond it are read back from the engine's files (the OS page cache) when needed.
+    pub cache_bytes: u64,
+}
+
+impl EngineOptions {
+    /// The default cache: 64 MiB. sled's own default, 1 GiB, kept a whole store of 300,000
+    /// values of 1 KiB in memory, twice etcd 3.4's size; 256 MiB was still over it
+    /// (docs/benchmarks.md, "Memory (issue 20)"). Like bbolt's pages, the rest stays in the
+    /// kernel's page cache, which gives it back under memory pressure.
+    pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+    /// The smallest cache accepted (sled refuses less than 256 bytes; less than a few pages
+    /// would read every node back from the files on each access).
+    pub const MIN_CACHE_BYTES: u64 = 1 << 20;
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            cache_bytes: Self::DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
 /// The trees of the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Tree {

@@ -5,6 +5,9 @@
 //!   one sled transaction over the three trees. sled recovers both atomically after a crash.
 //! - sled's own background flush may make writes durable before [`Engine::flush`]; it keeps
 //!   whole batches only, in order, which is what the contract allows.
+//! - sled's page cache holds at most [`EngineOptions::cache_bytes`] of pages, counted as
+//!   sled counts them (their encoded size; decoded pages take somewhat more). Every engine
+//!   opened from another (defragmentation's fresh generation) gets the same options.
 
 use std::ops::Bound;
 use std::path::Path;
@@ -13,7 +16,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use ::sled::transaction::{ConflictableTransactionError, TransactionError};
 use ::sled::{IVec, Transactional};
 
-use super::{Engine, Tree, WriteBatch, LEGACY_IDX_TREE};
+use super::{Engine, EngineOptions, Tree, WriteBatch, LEGACY_IDX_TREE};
 use crate::mvcc::error::MvccError;
 
 impl From<::sled::Error> for MvccError {
@@ -27,6 +30,7 @@ impl From<::sled::Error> for MvccError {
 #[derive(Clone)]
 pub struct SledEngine {
     cell: Arc<RwLock<Arc<Trees>>>,
+    options: EngineOptions,
 }
 
 /// One open sled database and its trees.
@@ -48,14 +52,27 @@ impl Trees {
 }
 
 impl SledEngine {
-    /// Opens (or creates) the database in directory `path`.
+    /// Opens (or creates) the database in directory `path`, with the default options.
     pub fn open(path: &Path) -> Result<Self, MvccError> {
-        Self::with_config(::sled::Config::new().path(path))
+        Self::open_with(path, EngineOptions::default())
+    }
+
+    /// Opens (or creates) the database in directory `path`.
+    pub fn open_with(path: &Path, options: EngineOptions) -> Result<Self, MvccError> {
+        Self::with_config(::sled::Config::new().path(path), options)
     }
 
     /// A database in a temporary directory, removed when the engine closes.
     pub fn temporary() -> Result<Self, MvccError> {
-        Self::with_config(::sled::Config::new().temporary(true))
+        Self::with_config(
+            ::sled::Config::new().temporary(true),
+            EngineOptions::default(),
+        )
+    }
+
+    /// The options this engine was opened with.
+    pub fn options(&self) -> EngineOptions {
+        self.options
     }
 
     /// Opens the database in `path` with sled's periodic background flush off, so that only
@@ -63,7 +80,10 @@ impl SledEngine {
     /// sees, on reopen, what a crash could leave.
     #[cfg(test)]
     pub fn open_flushed_only(path: &Path) -> Result<Self, MvccError> {
-        Self::with_config(::sled::Config::new().path(path).flush_every_ms(None))
+        Self::with_config(
+            ::sled::Config::new().path(path).flush_every_ms(None),
+            EngineOptions::default(),
+        )
     }
 
     /// The names of the database's sled trees.
@@ -76,8 +96,8 @@ impl SledEngine {
             .collect()
     }
 
-    fn with_config(config: ::sled::Config) -> Result<Self, MvccError> {
-        let db = config.open()?;
+    fn with_config(config: ::sled::Config, options: EngineOptions) -> Result<Self, MvccError> {
+        let db = config.cache_capacity(options.cache_bytes).open()?;
         if db
             .tree_names()
             .iter()
@@ -93,6 +113,7 @@ impl SledEngine {
         };
         Ok(SledEngine {
             cell: Arc::new(RwLock::new(Arc::new(trees))),
+            options,
         })
     }
 
@@ -115,6 +136,7 @@ impl SledEngine {
         );
         SledEngine {
             cell: Arc::new(RwLock::new(old)),
+            options: self.options,
         }
     }
 
