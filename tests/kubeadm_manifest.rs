@@ -5,8 +5,7 @@
 //!
 //! kubeadm listens for clients on 127.0.0.1 and the node's address; 127.0.0.2 stands in for
 //! the node's address here. The manifest's TLS flags are a separate case
-//! ([`kubeadm_manifest_with_tls`], ignored until kvd serves TLS); the others run with http
-//! URLs and without them.
+//! ([`kubeadm_manifest_with_tls`]); the others run with http URLs and without them.
 
 mod common;
 
@@ -350,10 +349,9 @@ async fn extra_args_without_effect_are_each_warned_about_once() {
     m.stop();
 }
 
-/// kubeadm's TLS flags, as its manifest passes them. Enable once kvd serves TLS (the "tls"
-/// branch): the member must start with every flag of the real manifest and https URLs.
+/// kubeadm's TLS flags, as its manifest passes them: the member must start with every flag of
+/// the real manifest and https URLs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs client and peer TLS (issue 19, items 1-2); enable when they are merged"]
 async fn kubeadm_manifest_with_tls() {
     let dir = tempfile::tempdir().unwrap();
     let pki = dir.path().join("pki");
