@@ -27,7 +27,10 @@ impl KvService {
     async fn write(&self, md: &tonic::metadata::MetadataMap, req: In) -> Result<Out, ApiError> {
         self.ctx.check_leader(md)?;
         self.ctx
-            .propose(InternalRequest { request: Some(req) })
+            .propose(InternalRequest {
+                request: Some(req),
+                ..Default::default()
+            })
             .await
     }
 

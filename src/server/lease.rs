@@ -154,7 +154,10 @@ pub struct LeaseService {
 impl LeaseService {
     async fn write(&self, req: In) -> Result<Out, ApiError> {
         self.ctx
-            .propose(InternalRequest { request: Some(req) })
+            .propose(InternalRequest {
+                request: Some(req),
+                ..Default::default()
+            })
             .await
     }
 }
@@ -342,6 +345,7 @@ async fn revoke_expired(node: &RaftNode) {
         let n = ids.len();
         let req = InternalRequest {
             request: Some(In::LeaseRevokeMany(LeaseRevokeManyRequest { ids })),
+            ..Default::default()
         };
         match node.propose(req).await {
             Ok(_) => {

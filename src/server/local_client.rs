@@ -218,7 +218,10 @@ impl LocalClient {
 
     async fn write(&self, req: In) -> Result<Out, ApiError> {
         self.ctx
-            .propose(InternalRequest { request: Some(req) })
+            .propose(InternalRequest {
+                request: Some(req),
+                ..Default::default()
+            })
             .await
     }
 

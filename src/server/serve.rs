@@ -280,6 +280,7 @@ async fn publish(node: RaftNode, name: String, client_urls: Vec<String>) {
             name,
             client_urls,
         })),
+        ..Default::default()
     };
     loop {
         match node.propose(req.clone()).await {
