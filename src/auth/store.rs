@@ -81,7 +81,6 @@ fn role_key(name: &str) -> Vec<u8> {
     format!("{META_ROLE}{name}").into_bytes()
 }
 
-
 impl AuthStore {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(|e| e.into_inner())
@@ -230,6 +229,29 @@ impl AuthStore {
         }
     }
 
+    /// etcd's lease checks (checkLeaseRevoke, checkLeaseTimeToLive): a user, and unless an
+    /// admin, write (revoke) or read (time to live) on every key attached to the lease.
+    pub fn check_lease(
+        &self,
+        ai: Option<&AuthInfo>,
+        keys: &[Vec<u8>],
+        write: bool,
+    ) -> Result<(), AuthError> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        let Some(ai) = ai else {
+            return Err(AuthError::UserEmpty);
+        };
+        if self.check_admin(Some(ai)).is_ok() {
+            return Ok(());
+        }
+        for k in keys {
+            self.check_op(Some(ai), k, &[], write)?;
+        }
+        Ok(())
+    }
+
     /// etcd's checkTxnAuth: read on every compared key, and every op of both branches.
     pub fn check_txn(&self, ai: Option<&AuthInfo>, t: &TxnRequest) -> Result<(), AuthError> {
         for c in &t.compare {
@@ -310,10 +332,16 @@ impl AuthStore {
     }
 
     /// Applies an auth change at log `index`: etcd's result, and the meta writes.
-    pub fn apply(&self, req: &AuthRequest, index: u64) -> (Result<(), AuthError>, Vec<MetaWrite>) {
+    /// An applied Authenticate answers the token it assigned.
+    pub fn apply(
+        &self,
+        req: &AuthRequest,
+        index: u64,
+    ) -> (Result<Option<String>, AuthError>, Vec<MetaWrite>) {
         use auth_request::Request as A;
         let mut s = self.write();
         let mut w = Vec::new();
+        let mut token = None;
         let r = (|| -> Result<bool, AuthError> {
             match req.request.as_ref() {
                 None => Ok(false),
@@ -348,8 +376,9 @@ impl AuthStore {
                         return Err(AuthError::AuthFailed);
                     }
                     if !a.simple_token.is_empty() {
-                        let token = format!("{}.{index}", a.simple_token);
-                        self.tokens.assign(token, a.name.clone());
+                        let t = format!("{}.{index}", a.simple_token);
+                        self.tokens.assign(t.clone(), a.name.clone());
+                        token = Some(t);
                     }
                     Ok(false)
                 }
@@ -487,7 +516,7 @@ impl AuthStore {
                     ));
                     self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
                 }
-                (Ok(()), w)
+                (Ok(token), w)
             }
             Err(e) => (Err(e), Vec::new()),
         }
@@ -497,4 +526,3 @@ impl AuthStore {
 fn has_root_role(u: &User) -> bool {
     u.roles.iter().any(|r| r == ROOT)
 }
-

@@ -55,8 +55,8 @@ use crate::mvcc::{Engine, MvccError, MvccStore, StoreEngine, WriteRequest, Write
 use crate::proto::depth;
 use crate::proto::etcdserverpb::{AlarmResponse, RangeRequest, RangeResponse};
 use crate::proto::kvdpb::{
-    internal_request, internal_response, ErrorCode, InternalRequest, InternalResponse,
-    MemberAttributes,
+    internal_request, internal_response, AuthResponse, ErrorCode, InternalRequest,
+    InternalResponse, MemberAttributes,
 };
 use crate::raft::lessor::Lessor;
 
@@ -373,7 +373,7 @@ enum Slot {
     /// An alarm entry's answer.
     Alarm(AlarmResponse),
     /// An auth change's result, or a request the auth store refused at apply time.
-    Auth(Result<(), AuthError>),
+    Auth(Result<Option<String>, AuthError>),
     /// Refused at apply time by an active alarm, with etcd's error.
     Refused(ErrorCode, &'static str),
 }
@@ -573,8 +573,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     revision: current,
                     ..Default::default()
                 },
-                Slot::Auth(Ok(())) => InternalResponse {
-                    response: Some(internal_response::Response::Auth(Default::default())),
+                Slot::Auth(Ok(token)) => InternalResponse {
+                    response: Some(internal_response::Response::Auth(AuthResponse {
+                        token: token.unwrap_or_default(),
+                    })),
                     revision: current,
                     ..Default::default()
                 },

@@ -159,6 +159,17 @@ pub struct Flags {
         default_missing_value = "true"
     )]
     pub force_new_cluster: bool,
+
+    // Authentication (issue 19)
+    /// Auth token kind: `simple`, or `jwt,pub-key=...,priv-key=...,sign-method=RS256[,ttl=5m]`.
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
+    pub auth_token: String,
+    /// Lifetime of a simple token in seconds (renewed on each use).
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
+    pub auth_token_ttl: u64,
+    /// bcrypt cost of password hashes (4 to 31).
+    #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
+    pub bcrypt_cost: u32,
 }
 
 // Quota, alarms and corruption checks (issue 18)
@@ -217,6 +228,39 @@ pub struct Config {
     pub auto_compaction: Option<AutoCompaction>,
     /// `--force-new-cluster`: start as the only voter of this member's cluster.
     pub force_new_cluster: bool,
+
+    // Authentication (issue 19)
+    pub auth: AuthConfig,
+}
+
+// Authentication (issue 19)
+/// `--auth-token`, `--auth-token-ttl`, `--bcrypt-cost`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    pub token_ttl: Duration,
+    pub bcrypt_cost: u32,
+}
+
+impl AuthConfig {
+    fn parse(token: &str, ttl: u64, bcrypt_cost: u32) -> Result<AuthConfig, ConfigError> {
+        let kind = token.split(',').next().unwrap_or_default();
+        if kind != "simple" {
+            // JWT tokens are not implemented yet: refuse rather than run with other tokens.
+            return Err(ConfigError(format!(
+                "--auth-token: unsupported token type {kind:?} (kvd supports simple)"
+            )));
+        }
+        // bcrypt's own bounds (etcd checks them too).
+        if !(4..=31).contains(&bcrypt_cost) {
+            return Err(ConfigError(format!(
+                "--bcrypt-cost: {bcrypt_cost} is outside [4, 31]"
+            )));
+        }
+        Ok(AuthConfig {
+            token_ttl: Duration::from_secs(ttl.max(1)),
+            bcrypt_cost,
+        })
+    }
 }
 
 // Compaction, defragment and force-new-cluster (issue 18)
@@ -580,6 +624,8 @@ impl Flags {
                 &self.auto_compaction_retention,
             )?,
             force_new_cluster: self.force_new_cluster,
+            // Authentication (issue 19)
+            auth: AuthConfig::parse(&self.auth_token, self.auth_token_ttl, self.bcrypt_cost)?,
         })
     }
 }

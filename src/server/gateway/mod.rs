@@ -26,6 +26,7 @@ use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
 use futures::StreamExt;
 
+use super::auth::AuthService;
 use super::cluster::ClusterService;
 use super::election::ElectionService;
 use super::kv::KvService;
@@ -35,6 +36,7 @@ use super::lock::LockService;
 use super::maintenance::{MaintenanceService, ETCD_VERSION};
 use super::oversize::EtcdSizeError;
 use super::watches::WatchService;
+use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_client::KvClient;
@@ -61,6 +63,7 @@ pub struct Services {
     pub maintenance: LearnerGuard<MaintenanceServer<MaintenanceService>>,
     pub lock: LearnerGuard<LockServer<LockService>>,
     pub election: LearnerGuard<ElectionServer<ElectionService>>,
+    pub auth: LearnerGuard<AuthServer<AuthService>>,
     /// The servers' message limit, for etcd's status when a request is above it.
     pub max_msg: usize,
 }
