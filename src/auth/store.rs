@@ -526,3 +526,209 @@ impl AuthStore {
 fn has_root_role(u: &User) -> bool {
     u.roles.iter().any(|r| r == ROOT)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::authpb::permission::Type as PermType;
+    use crate::proto::etcdserverpb::*;
+    use auth_request::Request as A;
+
+    fn apply(s: &AuthStore, r: A) -> Result<(), AuthError> {
+        s.apply(&AuthRequest { request: Some(r) }, 7).0.map(|_| ())
+    }
+
+    /// root (root role), u with read on `foo/` prefix and readwrite on `k`; auth enabled.
+    fn store() -> AuthStore {
+        let s = AuthStore::default();
+        for name in ["root", "u"] {
+            apply(
+                &s,
+                A::UserAdd(AuthUserAddRequest {
+                    name: name.into(),
+                    hashed_password: "h".into(),
+                    ..Default::default()
+                }),
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            apply(&s, A::Enable(AuthEnableRequest {})),
+            Err(AuthError::RootRoleNotExist)
+        );
+        let grant = |user: &str, role: &str| {
+            A::UserGrantRole(AuthUserGrantRoleRequest {
+                user: user.into(),
+                role: role.into(),
+            })
+        };
+        apply(&s, grant("root", "root")).unwrap();
+        apply(&s, A::RoleAdd(AuthRoleAddRequest { name: "r".into() })).unwrap();
+        for (t, k, e) in [
+            (PermType::Read, "foo/", "foo0"),
+            (PermType::Readwrite, "k", ""),
+        ] {
+            apply(
+                &s,
+                A::RoleGrantPermission(AuthRoleGrantPermissionRequest {
+                    name: "r".into(),
+                    perm: Some(Permission {
+                        perm_type: t as i32,
+                        key: k.into(),
+                        range_end: e.into(),
+                    }),
+                }),
+            )
+            .unwrap();
+        }
+        apply(&s, grant("u", "r")).unwrap();
+        apply(&s, A::Enable(AuthEnableRequest {})).unwrap();
+        s
+    }
+
+    fn op(r: request_op::Request) -> RequestOp {
+        RequestOp { request: Some(r) }
+    }
+
+    #[test]
+    fn txn_needs_every_compare_and_op_in_both_branches() {
+        let s = store();
+        let ai = AuthInfo {
+            username: "u".into(),
+            revision: s.revision(),
+        };
+        let get = |k: &str| {
+            op(request_op::Request::RequestRange(RangeRequest {
+                key: k.into(),
+                ..Default::default()
+            }))
+        };
+        let put = |k: &str| {
+            op(request_op::Request::RequestPut(PutRequest {
+                key: k.into(),
+                ..Default::default()
+            }))
+        };
+        let txn = |cmp: &str, success: Vec<RequestOp>, failure: Vec<RequestOp>| TxnRequest {
+            compare: vec![Compare {
+                key: cmp.into(),
+                ..Default::default()
+            }],
+            success,
+            failure,
+        };
+        let ok = txn("foo/a", vec![get("foo/b")], vec![put("k")]);
+        assert_eq!(s.check_txn(Some(&ai), &ok), Ok(()));
+        let bad_cmp = txn("bar", vec![], vec![]);
+        assert_eq!(
+            s.check_txn(Some(&ai), &bad_cmp),
+            Err(AuthError::PermissionDenied)
+        );
+        let bad_failure = txn("foo/a", vec![get("foo/b")], vec![put("foo/b")]);
+        assert_eq!(
+            s.check_txn(Some(&ai), &bad_failure),
+            Err(AuthError::PermissionDenied)
+        );
+        let nested = txn(
+            "k",
+            vec![op(request_op::Request::RequestTxn(txn(
+                "k",
+                vec![],
+                vec![get("x")],
+            )))],
+            vec![],
+        );
+        assert_eq!(
+            s.check_txn(Some(&ai), &nested),
+            Err(AuthError::PermissionDenied)
+        );
+        // Anonymous, then a stale revision.
+        assert_eq!(s.check_txn(None, &ok), Err(AuthError::UserEmpty));
+        let stale = AuthInfo {
+            revision: ai.revision - 1,
+            ..ai.clone()
+        };
+        assert_eq!(
+            s.check_txn(Some(&stale), &ok),
+            Err(AuthError::AuthOldRevision)
+        );
+        // root may do anything.
+        let root = AuthInfo {
+            username: "root".into(),
+            revision: s.revision(),
+        };
+        assert_eq!(s.check_txn(Some(&root), &bad_failure), Ok(()));
+    }
+
+    #[test]
+    fn changes_bump_the_revision_and_drop_cached_permissions() {
+        let s = store();
+        let ai = |s: &AuthStore| AuthInfo {
+            username: "u".into(),
+            revision: s.revision(),
+        };
+        assert_eq!(s.check_op(Some(&ai(&s)), b"foo/x", b"", false), Ok(()));
+        let rev = s.revision();
+        apply(
+            &s,
+            A::UserRevokeRole(AuthUserRevokeRoleRequest {
+                name: "u".into(),
+                role: "r".into(),
+            }),
+        )
+        .unwrap();
+        assert_eq!(s.revision(), rev + 1);
+        assert_eq!(
+            s.check_op(Some(&ai(&s)), b"foo/x", b"", false),
+            Err(AuthError::PermissionDenied)
+        );
+        // A refused change changes nothing.
+        let (r, w) = s.apply(
+            &AuthRequest {
+                request: Some(A::UserDelete(AuthUserDeleteRequest {
+                    name: "root".into(),
+                })),
+            },
+            8,
+        );
+        assert_eq!(
+            (r, w.len(), s.revision()),
+            (Err(AuthError::InvalidAuthMgmt), 0, rev + 1)
+        );
+    }
+
+    #[test]
+    fn state_round_trips_through_its_meta_keys() {
+        let s = AuthStore::default();
+        let mut meta = std::collections::BTreeMap::new();
+        let mut run = |r: A| {
+            let (res, w) = s.apply(&AuthRequest { request: Some(r) }, 1);
+            res.unwrap();
+            for (k, v) in w {
+                match v {
+                    Some(v) => meta.insert(k, v),
+                    None => meta.remove(&k),
+                };
+            }
+        };
+        run(A::UserAdd(AuthUserAddRequest {
+            name: "root".into(),
+            hashed_password: "h".into(),
+            ..Default::default()
+        }));
+        run(A::UserGrantRole(AuthUserGrantRoleRequest {
+            user: "root".into(),
+            role: "root".into(),
+        }));
+        run(A::RoleAdd(AuthRoleAddRequest { name: "r".into() }));
+        run(A::Enable(AuthEnableRequest {}));
+        let loaded = AuthStore::default();
+        let entries: Vec<_> = meta.into_iter().collect();
+        loaded.load(&entries);
+        assert!(loaded.is_enabled());
+        assert_eq!(loaded.revision(), s.revision());
+        assert_eq!(loaded.user_list(), ["root"]);
+        assert_eq!(loaded.role_list(), ["r"]);
+        assert_eq!(loaded.password_hash("root").unwrap().0, b"h");
+    }
+}
