@@ -73,9 +73,20 @@ fn spares_for(secs: u64) -> usize {
 }
 
 async fn chaos_run(seed: u64, secs: u64, clients: u64, keys: usize) -> RunStats {
+    chaos_run_with(seed, secs, clients, keys, false).await
+}
+
+/// `chaos_run`; with `peer_tls` the members speak mutual TLS to each other.
+async fn chaos_run_with(
+    seed: u64,
+    secs: u64,
+    clients: u64,
+    keys: usize,
+    peer_tls: bool,
+) -> RunStats {
     eprintln!("chaos: seed {seed} ({secs} s of faults); replay with KVD_CHAOS_SEED={seed}");
     let t0 = Instant::now();
-    let mut pc = ProxiedCluster::start_with_spares(3, spares_for(secs), &[]).await;
+    let mut pc = ProxiedCluster::start_with_spares_tls(3, spares_for(secs), &[], peer_tls).await;
     // Clients reach members through the client proxies, so client faults apply to them.
     let targets = Targets::new(
         (0..pc.n()).map(|i| pc.proxied_client_url(i)).collect(),
@@ -269,6 +280,13 @@ fn seed() -> u64 {
 async fn chaos_short() {
     let secs = env_u64("KVD_CHAOS_SECS").unwrap_or(25);
     chaos_run(seed(), secs, 6, 4).await;
+}
+
+/// The short run with peer links over mutual TLS (the proxies cut and delay TLS bytes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_short_peer_tls() {
+    let secs = env_u64("KVD_CHAOS_SECS").unwrap_or(15);
+    chaos_run_with(seed(), secs, 6, 4, true).await;
 }
 
 /// The long run: `cargo test --release --test chaos -- --ignored --nocapture`;

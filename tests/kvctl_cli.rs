@@ -108,3 +108,129 @@ fn unreachable_cluster() {
     );
     assert_eq!(r.stderr, "Error: unhealthy cluster\n");
 }
+
+#[test]
+fn auth_argument_errors() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (
+            &["auth", "enable", "x"],
+            128,
+            "auth enable command does not accept any arguments",
+        ),
+        (
+            &["auth", "disable", "x"],
+            128,
+            "auth disable command does not accept any arguments",
+        ),
+        (
+            &["user", "add"],
+            128,
+            "user add command requires user name as its argument",
+        ),
+        (&["user", "add", ":pw"], 128, "empty user name is not allowed"),
+        (
+            &["user", "grant-role", "u"],
+            128,
+            "user grant command requires user name and role name as its argument",
+        ),
+        (
+            &["user", "revoke-role", "u"],
+            128,
+            "user revoke-role requires user name and role name as its argument",
+        ),
+        (&["user", "list", "x"], 128, "user list command requires no arguments"),
+        (
+            &["role", "get"],
+            128,
+            "role get command requires role name as its argument",
+        ),
+        (
+            &["role", "grant-permission", "r", "read"],
+            128,
+            "role grant command requires role name, permission type, and key [endkey] as its argument",
+        ),
+        (
+            &["role", "grant-permission", "r", "admin", "k"],
+            128,
+            "invalid permission type: admin",
+        ),
+        (
+            &["role", "grant-permission", "r", "read", "k", "--prefix", "--from-key"],
+            128,
+            "--from-key and --prefix flags are mutually exclusive",
+        ),
+        (
+            &["role", "grant-permission", "r", "read", "k", "z", "--from-key"],
+            128,
+            "unexpected endkey argument with --from-key flag",
+        ),
+        (
+            &["role", "revoke-permission", "r"],
+            128,
+            "role revoke-permission command requires role name and key [endkey] as its argument",
+        ),
+    ];
+    for (args, code, msg) in cases {
+        let r = kvctl(args, "");
+        assert_eq!(
+            (r.code, r.stderr.as_str()),
+            (*code, format!("Error: {msg}\n").as_str()),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn passwords_from_stdin() {
+    // A new user's password is asked twice; different answers end the command before it
+    // connects.
+    let r = kvctl(&["user", "add", "alice"], "one\ntwo\n");
+    assert_eq!(r.code, 128);
+    assert_eq!(
+        r.stdout,
+        "Password of alice: \nType password of alice again for confirmation: \n"
+    );
+    assert_eq!(r.stderr, "Error: given passwords are different\n");
+    let r = kvctl(&["user", "passwd", "alice"], "\n");
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (128, "Error: empty password\n")
+    );
+    // --user without a password asks for it, then connects and authenticates within the dial
+    // timeout; failing that is a connection error (exit code 2).
+    let r = kvctl(
+        &["--user", "alice", "--dial-timeout=300ms", "user", "list"],
+        "pw\n",
+    );
+    assert_eq!(r.stdout, "Password: \n");
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (2, "Error: context deadline exceeded\n")
+    );
+    // An empty password means no authentication (clientv3 needs both): a plain request.
+    let r = kvctl(&["--user", "alice", "get", "k"], "\n");
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (1, "Error: context deadline exceeded\n")
+    );
+}
+
+#[test]
+fn tls_flag_errors() {
+    let r = kvctl(&["--key", "/nonexistent/k.pem", "get", "k"], "");
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (
+            128,
+            "Error: KeyFile and CertFile must both be present[key: /nonexistent/k.pem, cert: ]\n"
+        )
+    );
+    let r = kvctl(&["--cacert", "/nonexistent/ca.pem", "get", "k"], "");
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (
+            128,
+            "Error: open /nonexistent/ca.pem: no such file or directory\n"
+        )
+    );
+}

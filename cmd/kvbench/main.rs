@@ -57,6 +57,15 @@ pub struct Global {
     /// Per-request timeout in seconds.
     #[arg(long, global = true, default_value_t = 10.0)]
     pub timeout: f64,
+    /// Verify https endpoints with this CA bundle (as etcd's benchmark --cacert).
+    #[arg(long, global = true)]
+    pub cacert: Option<std::path::PathBuf>,
+    /// Client certificate for https endpoints.
+    #[arg(long, global = true, requires = "key")]
+    pub cert: Option<std::path::PathBuf>,
+    /// Client certificate's key.
+    #[arg(long, global = true, requires = "cert")]
+    pub key: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

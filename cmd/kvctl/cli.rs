@@ -127,9 +127,29 @@ pub struct GlobalArgs {
     /// enable client-side debug logging (accepted, no effect)
     #[arg(long, global = true, env = "ETCDCTL_DEBUG", num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
     pub debug: bool,
-    /// disable transport security for client connections (only plaintext is supported)
+    /// disable transport security for client connections
     #[arg(long, global = true, env = "ETCDCTL_INSECURE_TRANSPORT", num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_parser = parse_go_bool)]
     pub insecure_transport: bool,
+    /// skip server certificate verification (CAUTION: this option should be enabled only for
+    /// testing purposes)
+    #[arg(long, global = true, env = "ETCDCTL_INSECURE_SKIP_TLS_VERIFY", num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub insecure_skip_tls_verify: bool,
+    /// verify certificates of TLS-enabled secure servers using this CA bundle
+    #[arg(long, global = true, env = "ETCDCTL_CACERT", default_value = "")]
+    pub cacert: String,
+    /// identify secure client using this TLS certificate file
+    #[arg(long, global = true, env = "ETCDCTL_CERT", default_value = "")]
+    pub cert: String,
+    /// identify secure client using this TLS key file
+    #[arg(long, global = true, env = "ETCDCTL_KEY", default_value = "")]
+    pub key: String,
+    /// username[:password] for authentication (prompt if password is not supplied)
+    #[arg(long, global = true, env = "ETCDCTL_USER", default_value = "")]
+    pub user: String,
+    /// password for authentication (if this option is used, --user option shouldn't include
+    /// password)
+    #[arg(long, global = true, env = "ETCDCTL_PASSWORD", default_value = "")]
+    pub password: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -166,8 +186,129 @@ pub enum Command {
     Elect(ElectArgs),
     /// commands for checking properties of the etcd cluster
     Check(CheckArgs),
+    /// Enable or disable authentication
+    Auth(AuthArgs),
+    /// User related commands
+    User(UserArgs),
+    /// Role related commands
+    Role(RoleArgs),
     /// Prints the version of etcdctl
     Version,
+}
+
+#[derive(Args, Debug)]
+pub struct AuthArgs {
+    #[command(subcommand)]
+    pub command: AuthCommand,
+}
+
+/// `auth` subcommands of etcdctl 3.4.23 (`auth status` came with 3.5).
+#[derive(Subcommand, Debug)]
+pub enum AuthCommand {
+    /// Enables authentication
+    Enable(NoArgs),
+    /// Disables authentication
+    Disable(NoArgs),
+}
+
+/// Positional arguments of a command that takes none (etcdctl checks their count itself).
+#[derive(Args, Debug, Clone, Default)]
+pub struct NoArgs {
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct UserArgs {
+    #[command(subcommand)]
+    pub command: UserCommand,
+}
+
+/// `user` subcommands, with etcdctl 3.4's arguments (counted by the commands, for etcdctl's
+/// messages).
+#[derive(Subcommand, Debug)]
+pub enum UserCommand {
+    /// Adds a new user
+    Add(UserAddArgs),
+    /// Deletes a user
+    Delete(NoArgs),
+    /// Gets detailed information of a user
+    Get(UserGetArgs),
+    /// Lists all users
+    List(NoArgs),
+    /// Changes password of user
+    Passwd(UserPasswdArgs),
+    /// Grants a role to a user
+    GrantRole(NoArgs),
+    /// Revokes a role from a user
+    RevokeRole(NoArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct UserAddArgs {
+    /// <user name or user:password>
+    pub args: Vec<String>,
+    /// Read password from stdin instead of interactive terminal
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub interactive: bool,
+    /// Supply password from the command line flag
+    #[arg(long, default_value = "")]
+    pub new_user_password: String,
+    /// Create a user without password (CN based auth only)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub no_password: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct UserGetArgs {
+    /// <user name>
+    pub args: Vec<String>,
+    /// Show permissions of roles granted to the user
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub detail: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct UserPasswdArgs {
+    /// <user name>
+    pub args: Vec<String>,
+    /// If true, read password from stdin instead of interactive terminal
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub interactive: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RoleArgs {
+    #[command(subcommand)]
+    pub command: RoleCommand,
+}
+
+/// `role` subcommands, with etcdctl 3.4's arguments.
+#[derive(Subcommand, Debug)]
+pub enum RoleCommand {
+    /// Adds a new role
+    Add(NoArgs),
+    /// Deletes a role
+    Delete(NoArgs),
+    /// Gets detailed information of a role
+    Get(NoArgs),
+    /// Lists all roles
+    List(NoArgs),
+    /// Grants a key to a role
+    GrantPermission(RolePermArgs),
+    /// Revokes a key from a role
+    RevokePermission(RolePermArgs),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct RolePermArgs {
+    /// <role name> [<permission type>] <key> [endkey]
+    pub args: Vec<String>,
+    /// the permission covers the keys with this prefix
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub prefix: bool,
+    /// the permission covers the keys greater than or equal to the given key using byte compare
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub from_key: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -3,6 +3,7 @@ use std::fmt;
 
 /// Exit codes of etcdctl (`ctlv3/command/error.go`).
 pub const EXIT_ERROR: i32 = 1;
+pub const EXIT_BAD_CONNECTION: i32 = 2;
 pub const EXIT_INVALID_INPUT: i32 = 3;
 pub const EXIT_BAD_FEATURE: i32 = 4;
 pub const EXIT_INTERRUPTED: i32 = 5;
@@ -37,6 +38,31 @@ impl fmt::Display for CliError {
 }
 
 impl std::error::Error for CliError {}
+
+/// The etcd server errors kvctl reacts to. etcd's wire protocol identifies them by the status
+/// description alone (clientv3's `rpctypes.Error` maps descriptions back to errors the same
+/// way), so this is the one place where a description is compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcdError {
+    AuthNotEnabled,
+    InvalidAuthToken,
+    UserEmpty,
+    AuthOldRevision,
+    RootRoleNotExist,
+}
+
+impl EtcdError {
+    pub fn of(s: &tonic::Status) -> Option<EtcdError> {
+        match s.message() {
+            "etcdserver: authentication is not enabled" => Some(EtcdError::AuthNotEnabled),
+            "etcdserver: invalid auth token" => Some(EtcdError::InvalidAuthToken),
+            "etcdserver: user name is empty" => Some(EtcdError::UserEmpty),
+            "etcdserver: revision of auth store is old" => Some(EtcdError::AuthOldRevision),
+            "etcdserver: root user does not have root role" => Some(EtcdError::RootRoleNotExist),
+            _ => None,
+        }
+    }
+}
 
 /// Go's names of gRPC status codes, as printed by `status.Error`.
 fn go_code_name(code: tonic::Code) -> &'static str {

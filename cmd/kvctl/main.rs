@@ -7,8 +7,11 @@ mod error;
 mod gofmt;
 mod ops;
 mod output;
+mod password;
 mod progress;
 mod table;
+mod tls;
+mod token;
 mod txn_parse;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};

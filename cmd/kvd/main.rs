@@ -1,7 +1,7 @@
 //! kvd: the server binary. Parses etcd-compatible flags and runs a member until SIGINT/SIGTERM.
-use clap::{CommandFactory, FromArgMatches};
-use kvd::server::config::Flags;
-use kvd::server::config_env;
+use clap::FromArgMatches;
+use kvd::server::config::{self, Flags};
+use kvd::server::{config_compat, config_env};
 
 mod log;
 
@@ -9,7 +9,7 @@ mod log;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let matches = Flags::command().get_matches();
+    let matches = config::command().get_matches();
     let env = match config_env::check_env(&matches, std::env::vars_os()) {
         Ok(r) => r,
         Err(e) => {
@@ -27,7 +27,22 @@ fn main() {
     };
     log::init(&cfg.log);
     for var in &env.unrecognized {
-        tracing::warn!("unrecognized environment variable {var}");
+        // etcd 3.4's capnslog line, or etcd 3.5's zap message with the variable as a field.
+        match cfg.log.format {
+            config::LogFormat::Text => tracing::warn!("unrecognized environment variable {var}"),
+            config::LogFormat::Json => tracing::warn!(
+                "environment-variable" = var.as_str(),
+                "unrecognized environment variable"
+            ),
+        }
+    }
+    // Flags and feature gates kvd accepts for etcd's command lines but does not act on: one
+    // warning each, so an operator learns what had no effect.
+    for f in config_compat::given(&matches) {
+        tracing::warn!("{f}");
+    }
+    for w in &cfg.without_effect {
+        tracing::warn!("{w}");
     }
     let rt = runtime(cfg.worker_threads);
     let res = rt.block_on(kvd::server::run(cfg, async {

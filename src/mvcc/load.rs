@@ -8,8 +8,10 @@
 //!   (see [`super::engine`]), so a store reopened without the marker holds the old content or
 //!   all of the new one; with the marker it holds a mix, and [`MvccStore::load_interrupted`]
 //!   tells the caller to load again.
-//! - Entries are checked ([`check_entries`]) before anything is removed: a load refused for
-//!   its content leaves the store as it was.
+//! - [`MvccStore::load`] checks its entries ([`check_entries`]) before anything is removed: a
+//!   load refused for its content leaves the store as it was. [`MvccStore::load_from`] streams
+//!   its entries (it never holds them all): its caller checks them first, and an entry
+//!   refused or an error of the source midway leaves an interrupted load (the marker set).
 //! - A load does not exclude readers (the trees change under them); the caller keeps reads
 //!   out while it runs.
 
@@ -81,14 +83,25 @@ impl MvccStore {
     where
         I: IntoIterator<Item = (String, Vec<u8>, Vec<u8>)>,
     {
+        let entries: Vec<_> = entries.into_iter().collect();
+        check_entries(&entries)?;
+        self.load_from(entries.into_iter().map(Ok::<_, MvccError>), meta)
+    }
+
+    /// [`Self::load`] from a fallible stream of entries, read one at a time, in engine
+    /// batches: memory does not grow with the number of entries (beyond the key index every
+    /// store keeps). The caller checks the entries first (see the module doc).
+    pub fn load_from<I, E>(&self, entries: I, meta: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), E>
+    where
+        I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+        E: From<MvccError>,
+    {
         if let Some((k, _)) = meta
             .iter()
             .find(|(k, _)| k.starts_with(RESERVED_META_PREFIX))
         {
-            return Err(MvccError::ReservedMetaKey(k.clone()));
+            return Err(MvccError::ReservedMetaKey(k.clone()).into());
         }
-        let entries: Vec<_> = entries.into_iter().collect();
-        check_entries(&entries)?;
         let i = &self.inner;
         let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
         let _no_images = exclude_images(&i.history_gate);
@@ -118,7 +131,10 @@ impl MvccStore {
         let mut rev = Batcher::new(engine, Tree::Rev);
         let mut lease = Batcher::new(engine, Tree::Lease);
         let mut new_meta = BTreeMap::new();
-        for (tree, k, v) in entries {
+        for entry in entries {
+            let entry = entry?;
+            check_entries([&entry])?;
+            let (tree, k, v) = entry;
             match tree.as_str() {
                 REV_TREE => rev.insert(k, v)?,
                 LEASE_TREE => lease.insert(k, v)?,
@@ -141,7 +157,7 @@ impl MvccStore {
         engine.write(last)?;
         crash_point(engine)?;
         engine.flush()?;
-        self.rebuild_index()
+        Ok(self.rebuild_index()?)
     }
 
     /// Whether a [`Self::load`] was interrupted (by a crash): the store holds a mix of the old

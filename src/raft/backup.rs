@@ -17,9 +17,9 @@ use openraft::type_config::alias::LeaderIdOf;
 use openraft::vote::RaftLeaderIdExt;
 
 use super::error::StoreError;
-use super::log_store::{decode, encode};
+use super::log_store::decode;
 use super::snapshot_file;
-use super::state_machine::{SnapshotPayload, StateMachine, META_LAST_APPLIED, META_MEMBERSHIP};
+use super::state_machine::{StateMachine, META_LAST_APPLIED, META_MEMBERSHIP};
 use super::types::{LogId, Member, Membership, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::mvcc::Image;
 
@@ -94,8 +94,13 @@ pub fn write_restored(
             reason: "a snapshot already exists: restore into an empty data dir".into(),
         });
     }
-    let data = encode(&SnapshotPayload { items: entries });
-    snapshot_file::write(&snap_dir, &meta, &data)?;
+    // Written entry by entry (the entries are already in memory, but not twice).
+    snapshot_file::write(
+        &snap_dir,
+        &meta,
+        entries.into_iter().map(Ok::<_, StoreError>),
+    )?
+    .publish()?;
     // Loading it now, rather than at the member's first start, makes that start an ordinary
     // one, and proves the snapshot loads before the data dir is handed over.
     let sm = StateMachine::open(sm_dir)?;

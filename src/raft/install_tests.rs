@@ -100,10 +100,9 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// A snapshot of a store with `keys` keys (lease 7, applied index 100, members 1-3), and what
-/// a member serves with it installed.
-async fn source_snapshot(keys: usize) -> (Snapshot, Observed) {
-    let d = tempfile::tempdir().unwrap();
-    let mut sm = StateMachine::open(d.path()).unwrap();
+/// a member serves with it installed. The snapshot's file lives in `d`.
+async fn source_snapshot(d: &Path, keys: usize) -> (Source, Observed) {
+    let mut sm = StateMachine::open(d).unwrap();
     fill(&sm, "s/", keys, 7, 100, &[1, 2, 3]);
     let snap = sm
         .get_snapshot_builder()
@@ -113,7 +112,27 @@ async fn source_snapshot(keys: usize) -> (Snapshot, Observed) {
         .unwrap();
     let seen = observe(&sm);
     assert_eq!(seen.leases, vec![(7, 67)]);
-    (snap, seen)
+    let path = snapshot_file::latest(&d.join("snap")).unwrap().unwrap().1;
+    (
+        Source {
+            meta: snap.meta,
+            path,
+        },
+        seen,
+    )
+}
+
+/// A built snapshot, by its file.
+struct Source {
+    meta: SnapshotMeta,
+    path: std::path::PathBuf,
+}
+
+impl Source {
+    /// The snapshot as a leader sends it: a handle on the file.
+    fn file(&self) -> SnapshotFile {
+        SnapshotFile::open(&self.path).unwrap().1
+    }
 }
 
 /// A closed member state-machine dir holding other keys (lease 9, applied index 50, members
@@ -142,7 +161,8 @@ fn newest_snapshot_index(dir: &Path) -> u64 {
 /// last-applied index and membership.
 #[tokio::test]
 async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
-    let (snap, want) = source_snapshot(12).await;
+    let src = tempfile::tempdir().unwrap();
+    let (snap, want) = source_snapshot(src.path(), 12).await;
     let tpl = tempfile::tempdir().unwrap();
     let before = template(tpl.path(), 5).await;
     let mut crashes = 0;
@@ -151,7 +171,7 @@ async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
         copy_dir(tpl.path(), work.path());
         let mut sm = StateMachine::open(work.path()).unwrap();
         crash_after(Some(n));
-        let res = sm.install_snapshot(&snap.meta, snap.snapshot.clone()).await;
+        let res = sm.install_snapshot(&snap.meta, snap.file()).await;
         crash_after(None);
         if res.is_ok() {
             assert_eq!(observe(&sm), want, "installed without a crash");
@@ -189,10 +209,15 @@ async fn an_undecodable_snapshot_is_refused_and_never_becomes_the_newest_file() 
         last_log_id: Some(lid(100)),
         last_membership: membership(&[1, 2, 3], 99),
     };
-    let res = sm
-        .install_snapshot(&meta, b"not a snapshot payload".to_vec())
-        .await;
+    let mut garbage = sm.receive_snapshot().unwrap();
+    garbage.append(b"not a snapshot payload").unwrap();
+    let res = sm.install_snapshot(&meta, garbage.finish().unwrap()).await;
     assert!(res.is_err(), "garbage was installed");
+    let left: Vec<_> = std::fs::read_dir(d.path().join("snap"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "the refused file is left behind: {left:?}");
     assert_eq!(observe(&sm), before);
     assert_eq!(newest_snapshot_index(d.path()), 50);
     drop(sm);
@@ -204,7 +229,8 @@ async fn an_undecodable_snapshot_is_refused_and_never_becomes_the_newest_file() 
 /// every new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_during_an_install_see_the_old_state_or_the_new_one() {
-    let (snap, want) = source_snapshot(3000).await;
+    let src = tempfile::tempdir().unwrap();
+    let (snap, want) = source_snapshot(src.path(), 3000).await;
     let d = tempfile::tempdir().unwrap();
     let before = template(d.path(), 200).await;
     let mut sm = StateMachine::open(d.path()).unwrap();
@@ -231,9 +257,7 @@ async fn reads_during_an_install_see_the_old_state_or_the_new_one() {
     };
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     let t0 = std::time::Instant::now();
-    sm.install_snapshot(&snap.meta, snap.snapshot.clone())
-        .await
-        .unwrap();
+    sm.install_snapshot(&snap.meta, snap.file()).await.unwrap();
     let took = t0.elapsed();
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     done.store(true, std::sync::atomic::Ordering::SeqCst);

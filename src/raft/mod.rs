@@ -6,6 +6,7 @@
 pub mod alarm_set;
 pub mod background;
 pub mod backup;
+pub mod dial;
 pub mod engine_dir;
 pub mod error;
 pub mod force_new_cluster;
@@ -20,6 +21,8 @@ pub mod peer_service;
 pub mod prober;
 pub mod read_batch;
 pub mod snapshot_file;
+pub mod snapshot_format;
+pub mod snapshot_stream;
 pub mod state_machine;
 pub mod types;
 

@@ -43,10 +43,9 @@ use super::log_store::encode;
 use super::peer_error::PeerFailure;
 use super::types::{Member, NodeId, Snapshot, TypeConfig, Vote};
 use crate::proto::kvdpb::peer_client::PeerClient;
-use crate::proto::kvdpb::{RaftBlob, SnapshotChunk};
+use crate::proto::kvdpb::RaftBlob;
 
 pub use super::limits::MAX_PEER_MESSAGE;
-use super::limits::SNAPSHOT_CHUNK;
 
 /// Fault testing only: `peerURL=dialURL,...`. This member dials `dialURL` whenever it would
 /// dial `peerURL`, so a test can put a fault-injecting proxy on each member-to-member link
@@ -54,10 +53,14 @@ use super::limits::SNAPSHOT_CHUNK;
 pub const PEER_DIAL_OVERRIDE_ENV: &str = "KVD_TEST_PEER_DIAL_OVERRIDE";
 
 /// Shared cache of channels, keyed by peer URL.
+///
+/// `https://` peer URLs are dialed with `tls` (this member's peer client certificate and the
+/// peer CA); without it they are refused, never dialed in plain text.
 #[derive(Clone, Default)]
 pub struct Channels {
     inner: Arc<Mutex<HashMap<String, Channel>>>,
     dial_override: Arc<HashMap<String, String>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Channels {
@@ -83,19 +86,56 @@ impl Channels {
         })
     }
 
+    /// These channels dial `https://` peer URLs with `tls`.
+    pub fn with_tls(self, tls: Option<Arc<rustls::ClientConfig>>) -> Channels {
+        Channels { tls, ..self }
+    }
+
+    /// Whether this member can dial `url`'s scheme (`https` needs peer TLS).
+    pub fn can_dial(&self, url: &str) -> bool {
+        match url.split_once("://") {
+            Some((s, _)) if s.eq_ignore_ascii_case("http") => true,
+            Some((s, _)) if s.eq_ignore_ascii_case("https") => self.tls.is_some(),
+            _ => false,
+        }
+    }
+
     /// A (lazily connecting) channel to `url`, reused across calls.
-    pub fn get(&self, url: &str) -> Result<Channel, tonic::transport::Error> {
+    pub fn get(&self, url: &str) -> Result<Channel, String> {
         let mut m = self.inner.lock().unwrap();
         if let Some(c) = m.get(url) {
             return Ok(c.clone());
         }
+        if !self.can_dial(url) {
+            return Err(format!(
+                "cannot dial peer URL {url}: its scheme needs peer TLS, which this member lacks"
+            ));
+        }
         let dial = self.dial_override.get(url).map_or(url, |s| s.as_str());
-        let ch = Endpoint::from_shared(dial.to_string())?
+        let endpoint = Endpoint::from_shared(dial.to_string())
+            .map_err(|e| format!("bad peer URL {url}: {e}"))?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(Duration::from_secs(5))
-            .connect_lazy();
+            .keep_alive_timeout(Duration::from_secs(5));
+        let ch = match &self.tls {
+            Some(config)
+                if url
+                    .get(..8)
+                    .is_some_and(|s| s.eq_ignore_ascii_case("https://")) =>
+            {
+                // The certificate is checked against the membership's URL; the bytes go to
+                // the override's address when a test proxies the link.
+                let (_, name) = super::dial::target(url)?;
+                let (addr, _) = super::dial::target(dial)?;
+                endpoint.connect_with_connector_lazy(super::dial::TlsDial {
+                    config: config.clone(),
+                    addr,
+                    name,
+                })
+            }
+            _ => endpoint.connect_lazy(),
+        };
         m.insert(url.to_string(), ch.clone());
         Ok(ch)
     }
@@ -103,9 +143,7 @@ impl Channels {
     /// A peer client for `member` (its first peer URL).
     pub fn peer(&self, member: &Member) -> Result<PeerClient<Channel>, String> {
         let url = member.peer_urls.first().ok_or("member has no peer URL")?;
-        let ch = self
-            .get(url)
-            .map_err(|e| format!("bad peer URL {url}: {e}"))?;
+        let ch = self.get(url)?;
         Ok(PeerClient::new(ch)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE))
@@ -226,7 +264,7 @@ impl PeerConnection {
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerConnection {
-    type SnapshotData = Vec<u8>;
+    type SnapshotData = super::snapshot_file::SnapshotFile;
 
     /// openraft's own backoff, applied once a stream is open (a peer that answers but accepts
     /// nothing, or a stream that broke). It starts short because it is also paid once by the
@@ -337,22 +375,21 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                 return Err(StreamingError::Unreachable(Unreachable::new(&Msg(e))));
             }
         };
+        // Streamed from the file, a chunk at a time (see `snapshot_stream`).
         let header = encode(&(vote, snapshot.meta.clone()));
-        let data = snapshot.snapshot;
-        let mut chunks = vec![SnapshotChunk {
-            header,
-            data: Vec::new(),
-        }];
-        chunks.extend(data.chunks(SNAPSHOT_CHUNK).map(|c| SnapshotChunk {
-            header: Vec::new(),
-            data: c.to_vec(),
-        }));
-        let send = client.install_snapshot(futures::stream::iter(chunks));
+        let (chunks, read_failure) = super::snapshot_stream::chunks(header, snapshot.snapshot);
+        let send = client.install_snapshot(chunks);
         let resp = tokio::select! {
             r = send => r,
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
         self.links.record(self.target, &resp);
+        if let Some(e) = read_failure.lock().unwrap().take() {
+            // The receiver refused the short file; the next send starts from the newest one.
+            return Err(StreamingError::Unreachable(Unreachable::new(&Msg(
+                format!("reading the snapshot file: {e}"),
+            ))));
+        }
         let resp = match resp {
             Ok(r) => {
                 self.retry = Retry::default();

@@ -134,13 +134,12 @@ impl Peer for PeerService {
             .await
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
         let (vote, meta): (Vote, SnapshotMeta) = unblob(&first.header)?;
-        let mut data = first.data;
-        while let Some(chunk) = stream.next().await {
-            data.extend_from_slice(&chunk?.data);
-        }
+        // Into a file, a chunk at a time; checked and installed by the state machine.
+        let incoming = self.node.sm.receive_snapshot().map_err(fatal)?;
+        let file = super::snapshot_stream::receive(incoming, first.data, stream).await?;
         let snapshot = Snapshot {
             meta,
-            snapshot: data,
+            snapshot: file,
         };
         let r = self
             .node

@@ -1,34 +1,28 @@
-//! Snapshot files: `snap/<last index, 16 hex>.snap`.
+//! Snapshot files: `snap/<last index, 16 hex>.snap`, in the format of `snapshot_format`.
 //!
-//! Layout (integers little-endian):
-//! ```text
-//! magic "KVDSNAP\0" (8) | version u32 | meta_len u32 | meta (bincode SnapshotMeta)
-//! | data_len u64 | data | crc32 u32 (over every preceding byte)
-//! ```
-//! A file is written as `<name>.tmp`, fsynced, renamed into place, and the directory fsynced,
-//! so a crash leaves either the old set of snapshots or the new one, never a partial file under
-//! a final name.
+//! Invariants:
+//! - A file is written as a temporary (`<name>.tmp` when built, `incoming-<n>.tmp` when
+//!   received), fdatasynced every [`SYNC_EVERY`] bytes, synced, renamed into place, and the
+//!   directory synced: a crash leaves either the old set of snapshots or the new one, never a
+//!   partial file under a final name. Temporaries are removed when the state machine opens.
+//! - Only a file read through once and found whole ([`adopt`]) is renamed to a final name, so
+//!   the newest snapshot, which a restart may load, always loads.
+//! - Nothing here holds a snapshot in memory: files are written and read one entry (or one
+//!   chunk) at a time.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::StoreError;
-use super::log_store::{decode, encode};
+pub use super::snapshot_format::Entry;
+use super::snapshot_format::{self, Reader, Writer};
 use super::types::SnapshotMeta;
-
-const MAGIC: &[u8; 8] = b"KVDSNAP\0";
-const VERSION: u32 = 1;
 
 fn file_name(meta: &SnapshotMeta) -> String {
     format!("{:016x}.snap", meta.last_log_id.map_or(0, |l| l.index))
-}
-
-fn bad(path: &Path, reason: impl Into<String>) -> StoreError {
-    StoreError::Snapshot {
-        file: path.to_path_buf(),
-        reason: reason.into(),
-    }
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
@@ -36,71 +30,287 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Bytes written between two fdatasyncs of a snapshot file. A snapshot is tens of MB, taken
-/// by every member at once: written in one go, its writeback is queued ahead of the WAL's
-/// fdatasyncs on a shared disk (see docs/decisions/0001-snapshot-files-in-4-mib-steps.md).
-const SYNC_EVERY: usize = 4 << 20;
+/// Bytes written between two fdatasyncs of a snapshot file. A snapshot is tens of MB or
+/// more, taken by every member at once: written in one go, its writeback is queued ahead of
+/// the WAL's fdatasyncs on a shared disk (see docs/decisions/0001-snapshot-files-in-4-mib-steps.md).
+pub const SYNC_EVERY: usize = 4 << 20;
 
-/// Writes a snapshot durably (see the module doc).
-pub fn write(dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> Result<PathBuf, StoreError> {
-    let meta_b = encode(meta);
-    let mut head = Vec::with_capacity(meta_b.len() + 32);
-    head.extend_from_slice(MAGIC);
-    head.extend_from_slice(&VERSION.to_le_bytes());
-    head.extend_from_slice(&(meta_b.len() as u32).to_le_bytes());
-    head.extend_from_slice(&meta_b);
-    head.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&head);
-    crc.update(data);
+/// The buffer between an entry writer and a file, and of a file reader: small next to
+/// [`SYNC_EVERY`], and the only buffer a file write or read holds.
+const IO_BUFFER: usize = 256 << 10;
 
-    let name = file_name(meta);
-    let tmp = dir.join(format!("{name}.tmp"));
-    let dst = dir.join(name);
-    let mut f = File::create(&tmp)?;
-    f.write_all(&head)?;
-    for part in data.chunks(SYNC_EVERY) {
-        f.write_all(part)?;
-        f.sync_data()?;
-    }
-    f.write_all(&crc.finalize().to_le_bytes())?;
-    f.sync_all()?;
-    drop(f);
-    fs::rename(&tmp, &dst)?;
-    sync_dir(dir)?;
-    Ok(dst)
+/// A file that fdatasyncs itself every [`SYNC_EVERY`] bytes written.
+struct Paced {
+    file: File,
+    unsynced: usize,
 }
 
-/// Reads and verifies a whole snapshot file.
-pub fn read(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), StoreError> {
-    let mut buf = Vec::new();
-    File::open(path)?.read_to_end(&mut buf)?;
-    if buf.len() < 8 + 4 + 4 + 8 + 4 || &buf[..8] != MAGIC {
-        return Err(bad(path, "not a kvd snapshot file"));
+impl Write for Paced {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Never more than a step between two syncs, however large `buf` is.
+        let room = SYNC_EVERY - self.unsynced;
+        let n = self.file.write(&buf[..buf.len().min(room)])?;
+        self.unsynced += n;
+        if self.unsynced >= SYNC_EVERY {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
     }
-    let (body, crc) = buf.split_at(buf.len() - 4);
-    if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
-        return Err(bad(path, "checksum mismatch"));
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
     }
-    let version = u32::from_le_bytes(body[8..12].try_into().unwrap());
-    if version != VERSION {
-        return Err(bad(
+}
+
+/// A temporary file in the snapshot directory, removed when dropped unless it was renamed
+/// to a final name.
+struct Temp {
+    path: Option<PathBuf>,
+}
+
+impl Temp {
+    fn rename_to(mut self, dst: &Path) -> Result<(), StoreError> {
+        let path = self.path.take().expect("renamed once");
+        fs::rename(&path, dst)?;
+        Ok(())
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if let Some(p) = self.path.take() {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+static INCOMING: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh, unique temporary in `dir` for a received or copied snapshot.
+fn incoming_temp(dir: &Path) -> Result<(Temp, File), StoreError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = INCOMING.fetch_add(1, Ordering::Relaxed);
+    let path = dir.join(format!("incoming-{nanos}-{n}.tmp"));
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    Ok((Temp { path: Some(path) }, file))
+}
+
+/// A snapshot written but not yet in place: [`Built::publish`] renames it.
+pub struct Built {
+    temp: Temp,
+    dst: PathBuf,
+    /// The file's size in bytes.
+    pub bytes: u64,
+}
+
+impl Built {
+    /// Renames the snapshot into place and syncs the directory. Callers serialize this with
+    /// the other renames and removals of the directory (`snap_io`).
+    pub fn publish(self) -> Result<PathBuf, StoreError> {
+        let dir = self.dst.parent().expect("a file in the snapshot dir");
+        self.temp.rename_to(&self.dst)?;
+        sync_dir(dir)?;
+        Ok(self.dst)
+    }
+}
+
+/// Writes the snapshot of `meta` holding `entries` into a temporary in `dir`, one entry at a
+/// time, paced (see the module doc), and syncs it. Stops at the first error of `entries`
+/// (the temporary is removed).
+pub fn write<E>(
+    dir: &Path,
+    meta: &SnapshotMeta,
+    entries: impl IntoIterator<Item = Result<Entry, E>>,
+) -> Result<Built, StoreError>
+where
+    StoreError: From<E>,
+{
+    let name = file_name(meta);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let file = File::create(&tmp)?;
+    let temp = Temp { path: Some(tmp) };
+    let out = BufWriter::with_capacity(IO_BUFFER, Paced { file, unsynced: 0 });
+    let mut w = Writer::new(out, meta)?;
+    for e in entries {
+        let (tree, k, v) = e?;
+        w.push(&tree, &k, &v)?;
+    }
+    let paced = w.finish()?.into_inner().map_err(|e| e.into_error())?;
+    paced.file.sync_all()?;
+    let bytes = paced.file.metadata()?.len();
+    Ok(Built {
+        temp,
+        dst: dir.join(name),
+        bytes,
+    })
+}
+
+/// A snapshot file as openraft hands it around (`SnapshotData`): an open handle and its
+/// length. A received snapshot is a temporary, removed if it is dropped before [`adopt`]
+/// puts it in place.
+pub struct SnapshotFile {
+    file: File,
+    len: u64,
+    path: PathBuf,
+    temp: Option<Temp>,
+}
+
+impl std::fmt::Debug for SnapshotFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SnapshotFile({}, {} bytes)",
+            self.path.display(),
+            self.len
+        )
+    }
+}
+
+impl SnapshotFile {
+    /// Opens the snapshot at `path` and reads its meta (not the rest: see [`adopt`]).
+    pub fn open(path: &Path) -> Result<(SnapshotMeta, SnapshotFile), StoreError> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let (meta, _) = Reader::new(BufReader::new(&file), path)?;
+        Ok((
+            meta,
+            SnapshotFile {
+                file,
+                len,
+                path: path.to_path_buf(),
+                temp: None,
+            },
+        ))
+    }
+
+    /// The file's size in bytes, as it was opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads `buf.len()` bytes at `offset`. A file removed or shrunk since it was opened
+    /// (replaced by a newer snapshot) is an error, never a short read.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.file.read_exact_at(buf, offset).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                StoreError::Snapshot {
+                    file: self.path.clone(),
+                    reason: "shrunk while read (replaced by a newer snapshot)".into(),
+                }
+            } else {
+                StoreError::Io(e)
+            }
+        })
+    }
+}
+
+/// A snapshot being received: chunks are appended (paced) to a temporary in the snapshot
+/// directory.
+pub struct Incoming {
+    out: Paced,
+    temp: Temp,
+    len: u64,
+}
+
+impl Incoming {
+    /// A new, empty received snapshot in `dir`.
+    pub fn create(dir: &Path) -> Result<Incoming, StoreError> {
+        let (temp, file) = incoming_temp(dir)?;
+        Ok(Incoming {
+            out: Paced { file, unsynced: 0 },
+            temp,
+            len: 0,
+        })
+    }
+
+    /// Appends `data` (blocks: a write and maybe an fdatasync).
+    pub fn append(&mut self, data: &[u8]) -> Result<(), StoreError> {
+        self.out.write_all(data)?;
+        self.len += data.len() as u64;
+        Ok(())
+    }
+
+    /// Syncs the file and hands it over, still a temporary, for [`adopt`].
+    pub fn finish(self) -> Result<SnapshotFile, StoreError> {
+        self.out.file.sync_all()?;
+        let path = self.temp.path.clone().expect("not renamed yet");
+        Ok(SnapshotFile {
+            file: File::open(&path)?,
+            len: self.len,
             path,
-            format!("unsupported snapshot format version {version}"),
-        ));
+            temp: Some(self.temp),
+        })
     }
-    let meta_len = u32::from_le_bytes(body[12..16].try_into().unwrap()) as usize;
-    let meta_end = 16 + meta_len;
-    if body.len() < meta_end + 8 {
-        return Err(bad(path, "truncated"));
+}
+
+/// Readies `snapshot` (of `meta`) to be put in place in `dir`, once it is found whole: read
+/// through once, checksum, framing and trees (see `snapshot_format::verify`), with `meta` in
+/// it. A received temporary in `dir` is used as it is; any other file (another member's, in
+/// tests) is copied (paced) into a temporary first. [`Built::publish`] renames it.
+pub fn adopt(snapshot: SnapshotFile, dir: &Path, meta: &SnapshotMeta) -> Result<Built, StoreError> {
+    let SnapshotFile {
+        file,
+        len,
+        path,
+        temp,
+    } = snapshot;
+    let temp = match temp.filter(|_| path.parent() == Some(dir)) {
+        Some(t) => t,
+        None => {
+            let (temp, out) = incoming_temp(dir)?;
+            let mut out = Paced {
+                file: out,
+                unsynced: 0,
+            };
+            // From the start: opening it read the header.
+            let mut from = &file;
+            from.seek(io::SeekFrom::Start(0))?;
+            let copied = io::copy(&mut from.take(len), &mut out)?;
+            if copied != len {
+                return Err(StoreError::Snapshot {
+                    file: path,
+                    reason: "shrunk while copied".into(),
+                });
+            }
+            out.file.sync_all()?;
+            temp
+        }
+    };
+    let tmp_path = temp.path.clone().expect("not renamed yet");
+    let input = BufReader::with_capacity(IO_BUFFER, File::open(&tmp_path)?);
+    let found = snapshot_format::verify(input.take(len), &tmp_path)?;
+    if &found != meta {
+        return Err(StoreError::Snapshot {
+            file: tmp_path,
+            reason: format!("holds the snapshot of {found:?}, sent as that of {meta:?}"),
+        });
     }
-    let meta: SnapshotMeta = decode("snapshot meta", &body[16..meta_end])?;
-    let data_len = u64::from_le_bytes(body[meta_end..meta_end + 8].try_into().unwrap()) as usize;
-    let data = &body[meta_end + 8..];
-    if data.len() != data_len {
-        return Err(bad(path, "length mismatch"));
-    }
-    Ok((meta, data.to_vec()))
+    Ok(Built {
+        temp,
+        dst: dir.join(file_name(meta)),
+        bytes: len,
+    })
+}
+
+/// The entries of the snapshot at `path`, read one at a time (checked as
+/// `snapshot_format::Reader` says), with its meta.
+pub fn entries(path: &Path) -> Result<(SnapshotMeta, Reader<BufReader<File>>), StoreError> {
+    Reader::new(BufReader::with_capacity(IO_BUFFER, File::open(path)?), path)
+}
+
+/// Reads a whole snapshot file through once and checks it (see `snapshot_format::verify`).
+pub fn verify(path: &Path) -> Result<SnapshotMeta, StoreError> {
+    snapshot_format::verify(BufReader::with_capacity(IO_BUFFER, File::open(path)?), path)
 }
 
 fn snapshot_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
@@ -127,10 +337,10 @@ pub fn remove_temporaries(dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The newest snapshot, if any.
+/// The newest snapshot, if any, with its meta (read from its header only).
 pub fn latest(dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError> {
     match snapshot_files(dir)?.pop() {
-        Some(p) => Ok(Some((read(&p)?.0, p))),
+        Some(p) => Ok(Some((SnapshotFile::open(&p)?.0, p))),
         None => Ok(None),
     }
 }
@@ -180,51 +390,171 @@ pub fn remove_older(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mvcc::{META_TREE, REV_TREE};
+
+    fn meta_at(index: u64) -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
+                1, 1, index,
+            )),
+            ..Default::default()
+        }
+    }
+
+    fn entries_of(n: usize, value_len: usize) -> Vec<Entry> {
+        (0..n)
+            .map(|i| {
+                let tree = if i % 3 == 0 { META_TREE } else { REV_TREE };
+                let v = (0..value_len).map(|j| ((i + j) % 251) as u8).collect();
+                (tree.to_string(), format!("k{i:08}").into_bytes(), v)
+            })
+            .collect()
+    }
+
+    fn write_now(dir: &Path, meta: &SnapshotMeta, entries: &[Entry]) -> PathBuf {
+        write(dir, meta, entries.iter().cloned().map(Ok::<_, StoreError>))
+            .unwrap()
+            .publish()
+            .unwrap()
+    }
+
+    fn read_all(path: &Path) -> Result<(SnapshotMeta, Vec<Entry>), StoreError> {
+        let (meta, r) = entries(path)?;
+        Ok((meta, r.collect::<Result<_, _>>()?))
+    }
 
     #[test]
     fn round_trip_and_corruption_is_refused() {
         let d = tempfile::tempdir().unwrap();
-        let meta = SnapshotMeta::default();
-        let path = write(d.path(), &meta, b"payload").unwrap();
-        let (m, data) = read(&path).unwrap();
-        assert_eq!((m, data.as_slice()), (meta.clone(), &b"payload"[..]));
-        assert_eq!(latest(d.path()).unwrap().unwrap().1, path);
+        let meta = meta_at(3);
+        let want = entries_of(3, 1000);
+        let path = write_now(d.path(), &meta, &want);
+        assert_eq!(read_all(&path).unwrap(), (meta.clone(), want));
+        assert_eq!(verify(&path).unwrap(), meta);
+        assert_eq!(latest(d.path()).unwrap().unwrap(), (meta, path.clone()));
 
         let mut bytes = fs::read(&path).unwrap();
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0xff;
         fs::write(&path, &bytes).unwrap();
-        let e = read(&path).unwrap_err().to_string();
-        assert!(
-            e.contains("checksum mismatch") && e.contains(".snap"),
-            "{e}"
-        );
+        for e in [verify(&path).unwrap_err(), read_all(&path).unwrap_err()] {
+            let e = e.to_string();
+            assert!(
+                e.contains("checksum mismatch") && e.contains(".snap"),
+                "{e}"
+            );
+        }
+    }
+
+    /// A file cut short anywhere, or with bytes after its end, is refused.
+    #[test]
+    fn truncated_or_extended_files_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let path = write_now(d.path(), &meta_at(5), &entries_of(4, 100));
+        let whole = fs::read(&path).unwrap();
+        for cut in [1, 3, 4, 5, 13, 100, whole.len() / 2, whole.len() - 20] {
+            fs::write(&path, &whole[..whole.len() - cut]).unwrap();
+            let e = verify(&path).unwrap_err().to_string();
+            assert!(
+                e.contains("truncated") || e.contains("checksum"),
+                "cut {cut}: {e}"
+            );
+        }
+        let mut longer = whole.clone();
+        longer.push(0);
+        fs::write(&path, &longer).unwrap();
+        assert!(verify(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("after the end"));
     }
 
     /// Files bigger than one step are written and removed in several.
     #[test]
     fn big_snapshots_round_trip_and_older_ones_are_removed() {
         let d = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..SYNC_EVERY * 2 + 123).map(|i| (i % 251) as u8).collect();
-        let older = SnapshotMeta {
-            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
-                1, 1, 7,
-            )),
-            ..Default::default()
-        };
-        let newer = SnapshotMeta {
-            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
-                1, 1, 9,
-            )),
-            ..Default::default()
-        };
-        let old_path = write(d.path(), &older, &data).unwrap();
-        let new_path = write(d.path(), &newer, &data[1..]).unwrap();
+        let data = entries_of(3, SYNC_EVERY + 123);
+        let (older, newer) = (meta_at(7), meta_at(9));
+        let old_path = write_now(d.path(), &older, &data);
+        let new_path = write_now(d.path(), &newer, &data[1..]);
         remove_older(d.path(), &newer).unwrap();
         assert!(!old_path.exists());
-        let (m, got) = read(&new_path).unwrap();
-        assert_eq!((m, got.as_slice()), (newer, &data[1..]));
+        assert_eq!(read_all(&new_path).unwrap(), (newer, data[1..].to_vec()));
         assert_eq!(latest(d.path()).unwrap().unwrap().1, new_path);
+    }
+
+    /// A received snapshot is put in place only whole and with the meta it was sent with;
+    /// a refused or dropped one leaves no file behind.
+    #[test]
+    fn received_snapshots_are_checked_before_they_are_put_in_place() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let meta = meta_at(11);
+        let want = entries_of(5, 3000);
+        let path = write_now(src.path(), &meta, &want);
+        let bytes = fs::read(&path).unwrap();
+        let receive = |data: &[u8]| {
+            let mut inc = Incoming::create(dst.path()).unwrap();
+            for part in data.chunks(1000) {
+                inc.append(part).unwrap();
+            }
+            inc.finish().unwrap()
+        };
+        let only_final = || {
+            let mut names: Vec<_> = fs::read_dir(dst.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
+
+        let e = adopt(receive(&bytes[..bytes.len() - 1]), dst.path(), &meta);
+        assert!(e.is_err());
+        let e = adopt(receive(&bytes), dst.path(), &meta_at(12))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("sent as"), "{e}");
+        drop(receive(&bytes));
+        assert!(only_final().is_empty(), "{:?}", only_final());
+
+        let put = adopt(receive(&bytes), dst.path(), &meta).unwrap().publish();
+        assert_eq!(put.unwrap(), dst.path().join(file_name(&meta)));
+        assert_eq!(only_final(), vec![file_name(&meta)]);
+        assert_eq!(
+            read_all(&dst.path().join(file_name(&meta))).unwrap().1,
+            want
+        );
+
+        // Another directory's file (not a received temporary) is copied, not moved.
+        let other = SnapshotFile::open(&path).unwrap().1;
+        adopt(other, dst.path(), &meta).unwrap().publish().unwrap();
+        assert!(path.exists());
+    }
+
+    /// Snapshots written by kvd before they streamed (format version 1) are still read.
+    #[test]
+    fn version_1_files_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        let meta = meta_at(4);
+        let want = entries_of(3, 10);
+        #[derive(serde::Serialize)]
+        struct Payload<'a> {
+            items: &'a [Entry],
+        }
+        let meta_b = crate::raft::log_store::encode(&meta);
+        let data = crate::raft::log_store::encode(&Payload { items: &want });
+        let mut f = snapshot_format::MAGIC.to_vec();
+        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&(meta_b.len() as u32).to_le_bytes());
+        f.extend_from_slice(&meta_b);
+        f.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        f.extend_from_slice(&data);
+        let crc = crc32fast::hash(&f);
+        f.extend_from_slice(&crc.to_le_bytes());
+        let path = d.path().join(file_name(&meta));
+        fs::write(&path, &f).unwrap();
+        assert_eq!(read_all(&path).unwrap(), (meta, want));
     }
 
     /// Two removals of the same old snapshots at once (a build and an install, each done

@@ -9,17 +9,19 @@
 //! - The engine is not the source of truth and is not flushed per apply (an apply reaches it
 //!   only with the MVCC committer's next persist, see `mvcc::pending`): on restart openraft
 //!   re-applies from the engine's last-applied up to the durable committed index in the WAL.
-//! - A snapshot is a point-in-time dump taken on the state-machine task (apply is paused while
-//!   it copies), written to a file that is fsynced, renamed and whose directory is fsynced.
-//!   The engine is flushed before the snapshot is reported built, because openraft may purge
-//!   the log below it right after.
+//! - A snapshot is a point-in-time image taken on the state-machine task, streamed entry by
+//!   entry into a file (on its own thread, see `build_snapshot`) that is fsynced, renamed and
+//!   whose directory is fsynced (`snapshot_file`). The engine is flushed before the snapshot
+//!   is reported built, because openraft may purge the log below it right after. No snapshot
+//!   is ever held in memory: built, sent, received and installed, it is a file.
 //! - The lessor (in-memory lease expiries) hears of a batch's grants and revokes after the
 //!   batch commits and before any of its proposers is answered.
-//! - Installing a snapshot is crash-safe: the payload is decoded and checked first (only a
-//!   loadable snapshot becomes the newest file), the file is durable next, then the trees are
-//!   replaced by `MvccStore::load`, which keeps its own marker until its last write (the meta
-//!   tree with last-applied and membership); a restart that finds the marker (or an engine
-//!   older than the newest snapshot) reinstalls from the file.
+//! - Installing a snapshot is crash-safe: the received file is read through and checked first
+//!   (only a loadable snapshot becomes the newest file), it is renamed into place durably
+//!   next, then the trees are replaced by `MvccStore::load_from`, streaming from the file,
+//!   which keeps its own marker until its last write (the meta tree with last-applied and
+//!   membership); a restart that finds the marker (or an engine older than the newest
+//!   snapshot) reinstalls from the file.
 //! - Snapshot files are written and removed under `snap_io` only (builds and installs).
 //! - Readers through the state machine's read methods never see a half-installed snapshot:
 //!   an install holds `install_gate` for writing from start to end.
@@ -45,7 +47,7 @@ use tokio::sync::watch;
 use super::alarm_set::{AlarmSet, META_ALARM_PREFIX};
 use super::error::StoreError;
 use super::log_store::{decode, encode};
-use super::snapshot_file;
+use super::snapshot_file::{self, SnapshotFile};
 use super::types::{
     Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -73,12 +75,6 @@ const META_REMOVED_PREFIX: &str = "removed/";
 pub struct MemberAttrs {
     pub name: String,
     pub client_urls: Vec<String>,
-}
-
-/// The contents of a snapshot file: every tree of the state machine database.
-#[derive(Serialize, Deserialize)]
-pub(crate) struct SnapshotPayload {
-    pub items: Vec<(String, Vec<u8>, Vec<u8>)>,
 }
 
 /// Shared state-machine handle: the apply task and every reader (KV service, watchers,
@@ -168,15 +164,14 @@ impl StateMachine {
             if interrupted {
                 // Only a roll back to empty loads without a snapshot file.
                 tracing::warn!("interrupted roll back of the state machine: redoing it");
-                return self.load_snapshot(&SnapshotMeta::default(), empty_payload());
+                return self.load_snapshot(&SnapshotMeta::default(), std::iter::empty());
             }
             return Ok(());
         };
         let applied = self.last_applied()?;
         if interrupted || applied.map(|l| l.index) < meta.last_log_id.map(|l| l.index) {
             tracing::warn!(snapshot = %path.display(), interrupted, "state machine older than snapshot: reinstalling");
-            let data = snapshot_file::read(&path)?.1;
-            self.load_snapshot(&meta, decode_payload(&data)?)?;
+            self.load_snapshot_file(&meta, &path)?;
         }
         Ok(())
     }
@@ -210,11 +205,8 @@ impl StateMachine {
              to the newest snapshot"
         );
         match snapshot {
-            Some((meta, path)) => {
-                let data = snapshot_file::read(&path)?.1;
-                self.load_snapshot(&meta, decode_payload(&data)?)
-            }
-            None => self.load_snapshot(&SnapshotMeta::default(), empty_payload()),
+            Some((meta, path)) => self.load_snapshot_file(&meta, &path),
+            None => self.load_snapshot(&SnapshotMeta::default(), std::iter::empty()),
         }
     }
 
@@ -317,19 +309,32 @@ impl StateMachine {
             .events_since(start_rev, key, range_end, prev_kv, limit)
     }
 
-    /// Replaces the state with `payload`, crash-atomically (see `MvccStore::load`): a crash
-    /// midway leaves a store that `open` reloads from the newest snapshot file.
+    /// Loads the snapshot file at `path` (of `meta`), after reading it through once: a file
+    /// found damaged leaves the state as it was.
+    fn load_snapshot_file(&self, meta: &SnapshotMeta, path: &Path) -> Result<(), StoreError> {
+        snapshot_file::verify(path)?;
+        let (_, entries) = snapshot_file::entries(path)?;
+        self.load_snapshot(meta, entries)
+    }
+
+    /// A new received snapshot file in the snapshot directory (see `snapshot_stream`).
+    pub fn receive_snapshot(&self) -> Result<snapshot_file::Incoming, StoreError> {
+        snapshot_file::Incoming::create(&self.shared.snap_dir)
+    }
+
+    /// Replaces the state with `entries`, crash-atomically (see `MvccStore::load_from`): a
+    /// crash midway leaves a store that `open` reloads from the newest snapshot file.
     fn load_snapshot(
         &self,
         meta: &SnapshotMeta,
-        payload: SnapshotPayload,
+        entries: impl IntoIterator<Item = Result<snapshot_file::Entry, StoreError>>,
     ) -> Result<(), StoreError> {
         let mvcc = &self.shared.mvcc;
         // The dump carries the snapshot's own last-applied and membership; the meta's are
         // written over them, with the load's last write, in case the dump was taken by an
         // older layout.
-        mvcc.load(
-            payload.items,
+        mvcc.load_from(
+            entries,
             &[
                 (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
                 (
@@ -349,17 +354,6 @@ impl StateMachine {
             .send_replace(mvcc.current_revision());
         Ok(())
     }
-}
-
-fn empty_payload() -> SnapshotPayload {
-    SnapshotPayload { items: Vec::new() }
-}
-
-/// Decodes a snapshot's data and checks that it can be loaded.
-fn decode_payload(data: &[u8]) -> Result<SnapshotPayload, StoreError> {
-    let payload: SnapshotPayload = decode("snapshot", data)?;
-    crate::mvcc::check_entries(&payload.items)?;
-    Ok(payload)
 }
 
 /// What applying one entry answers its proposer.
@@ -436,7 +430,7 @@ impl<A, B> Swap<A, B> for (A, B) {
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotData = Vec<u8>;
+    type SnapshotData = SnapshotFile;
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
@@ -640,23 +634,40 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Vec<u8>,
+        snapshot: SnapshotFile,
     ) -> Result<(), io::Error> {
+        // Read through and checked before it is renamed into place: as the newest snapshot,
+        // a file that cannot be loaded would fail every restart. Done before the gates are
+        // taken, so reads and defragmentation go on meanwhile.
+        let t0 = std::time::Instant::now();
+        let dir = self.shared.snap_dir.clone();
+        let checked_meta = meta.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            snapshot_file::adopt(snapshot, &dir, &checked_meta)
+        })
+        .await
+        .map_err(io::Error::other)??;
+        let (t1, bytes) = (std::time::Instant::now(), checked.bytes);
         let _defrag = self.shared.defrag_gate.read().await;
         // Readers wait for the end of the install rather than see a half-loaded store.
         let _no_reads = self.shared.install_gate.write().await;
         // Writing a whole key space into the engine takes seconds; the worker's other tasks
         // (peer and client connections, Raft's core) must not wait for it.
         blocking(|| -> Result<(), io::Error> {
-            // Before the file is written: as the newest snapshot, a file that cannot be
-            // loaded would fail every restart.
-            let payload = decode_payload(&snapshot)?;
             // A build finishing now writes and removes snapshot files too.
             let _io = self.shared.snap_io.lock().unwrap();
-            snapshot_file::write(&self.shared.snap_dir, meta, &snapshot)?;
+            let path = checked.publish()?;
             crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
-            self.load_snapshot(meta, payload)?;
+            let (_, entries) = snapshot_file::entries(&path)?;
+            self.load_snapshot(meta, entries)?;
             snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
+            tracing::info!(
+                index = meta.last_log_id.map_or(0, |l| l.index),
+                bytes,
+                check_ms = (t1 - t0).as_millis() as u64,
+                load_ms = t1.elapsed().as_millis() as u64,
+                "installed snapshot"
+            );
             Ok(())
         })
     }
@@ -666,10 +677,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let Some((_, path)) = snapshot_file::latest(&self.shared.snap_dir)? else {
             return Ok(None);
         };
-        let (meta, data) = snapshot_file::read(&path)?;
+        let (meta, file) = SnapshotFile::open(&path)?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: data,
+            snapshot: file,
         }))
     }
 }
@@ -682,7 +693,7 @@ pub struct SnapshotBuilder {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    type SnapshotData = Vec<u8>;
+    type SnapshotData = SnapshotFile;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let (last_applied, membership, image) = self
@@ -697,35 +708,34 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let file_meta = meta.clone();
         // All blocking, and the image's hold on history deletion ends with the copy, on this
         // thread: it does not wait for any async task. At a low priority (see `background`).
-        let data = super::background::run("snapshot", move || -> Result<Vec<u8>, StoreError> {
+        let file = super::background::run("snapshot", move || -> Result<_, StoreError> {
             let t0 = std::time::Instant::now();
-            let items = image.entries().collect::<Result<Vec<_>, _>>()?;
-            let t1 = std::time::Instant::now();
-            let data = encode(&SnapshotPayload { items });
-            let t2 = std::time::Instant::now();
             // The engine must be at least as new as the snapshot before openraft purges the log
             // below it (taking the image persisted the pending buffer; this makes it durable).
             shared.mvcc.engine().flush()?;
-            let t3 = std::time::Instant::now();
+            let t1 = std::time::Instant::now();
+            // The history streams from the engine into the file, entry by entry.
+            let built = snapshot_file::write(&shared.snap_dir, &file_meta, image.entries())?;
+            let bytes = built.bytes;
+            let t2 = std::time::Instant::now();
             let _io = shared.snap_io.lock().unwrap();
-            snapshot_file::write(&shared.snap_dir, &file_meta, &data)?;
+            let path = built.publish()?;
             snapshot_file::remove_older(&shared.snap_dir, &file_meta)?;
             let ms = |a: std::time::Instant, b: std::time::Instant| (b - a).as_millis() as u64;
             tracing::info!(
                 index = file_meta.last_log_id.map_or(0, |l| l.index),
-                bytes = data.len(),
-                copy_ms = ms(t0, t1),
-                encode_ms = ms(t1, t2),
-                flush_ms = ms(t2, t3),
-                write_ms = ms(t3, std::time::Instant::now()),
+                bytes,
+                flush_ms = ms(t0, t1),
+                write_ms = ms(t1, t2),
+                publish_ms = ms(t2, std::time::Instant::now()),
                 "saved snapshot"
             );
-            Ok(data)
+            Ok(SnapshotFile::open(&path)?.1)
         })
         .await??;
         Ok(Snapshot {
             meta,
-            snapshot: data,
+            snapshot: file,
         })
     }
 }

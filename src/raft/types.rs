@@ -52,7 +52,9 @@ pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
 pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
 pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
-pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Vec<u8>>;
+/// A snapshot's data is a file, never bytes in memory (see `snapshot_file`).
+pub type Snapshot =
+    openraft::type_config::alias::SnapshotOf<TypeConfig, crate::raft::snapshot_file::SnapshotFile>;
 pub type Membership = openraft::Membership<NodeId, Member>;
 pub type LeaderId = openraft::type_config::alias::LeaderIdOf<TypeConfig>;
 pub type Raft = openraft::Raft<TypeConfig, crate::raft::state_machine::StateMachine>;

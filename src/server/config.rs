@@ -128,12 +128,11 @@ pub struct Flags {
     #[arg(
         long,
         env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK",
-        default_value_t = false,
         num_args = 0..=1,
         default_missing_value = "true",
         action = clap::ArgAction::Set
     )]
-    pub experimental_initial_corrupt_check: bool,
+    pub experimental_initial_corrupt_check: Option<bool>,
     /// Interval of the leader's corruption check pass (Go duration; 0: off).
     #[arg(
         long,
@@ -170,6 +169,29 @@ pub struct Flags {
     /// bcrypt cost of password hashes (4 to 31).
     #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
     pub bcrypt_cost: u32,
+
+    // TLS for clients and peers (issue 19): see config_tls.rs.
+    #[command(flatten)]
+    pub tls: super::config_tls::TlsFlags,
+    // kubeadm's etcd command line and etcd 3.6's names (issue 19)
+    /// etcd 3.6's feature gates, Name=bool,... (InitialCorruptCheck is
+    /// --experimental-initial-corrupt-check; etcd's other gates have no effect in kvd).
+    #[arg(long, env = "ETCD_FEATURE_GATES", default_value = "")]
+    pub feature_gates: String,
+    /// etcd 3.6 name of --experimental-corrupt-check-time.
+    #[arg(long, env = "ETCD_CORRUPT_CHECK_TIME")]
+    pub corrupt_check_time: Option<String>,
+    /// etcd 3.6 name of --experimental-snapshot-catchup-entries.
+    #[arg(long, env = "ETCD_SNAPSHOT_CATCHUP_ENTRIES")]
+    pub snapshot_catchup_entries: Option<u64>,
+}
+
+// kubeadm's etcd command line (issue 19)
+/// kvd's whole command line: [`Flags`] and the etcd flags accepted without effect
+/// ([`super::config_compat`]). Parse with this, then read [`Flags`] from the matches.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Flags::command().args(super::config_compat::args())
 }
 
 // Quota, alarms and corruption checks (issue 18)
@@ -229,6 +251,13 @@ pub struct Config {
     /// `--force-new-cluster`: start as the only voter of this member's cluster.
     pub force_new_cluster: bool,
 
+    // TLS for clients and peers (issue 19)
+    /// Certificates, versions and which listeners speak TLS.
+    pub tls: super::config_tls::TlsConfig,
+    // kubeadm's etcd command line (issue 19)
+    /// Settings accepted without effect (etcd feature gates kvd does not have), one message
+    /// each, for the binary to log once at start.
+    pub without_effect: Vec<String>,
     // Authentication (issue 19)
     pub auth: AuthConfig,
 }
@@ -474,12 +503,15 @@ pub(crate) fn split_urls(flag: &str, s: &str) -> Result<Vec<String>, ConfigError
     Ok(v)
 }
 
-/// host:port of an http URL (etcd accepts `http://host:port`; TLS is not supported).
+/// host:port of an http(s) URL (etcd accepts `http://host:port` and `https://host:port`;
+/// whether TLS is configured for an https URL is checked in config_tls.rs). The metrics
+/// listener is plain HTTP only.
 fn url_addr(flag: &str, u: &str) -> Result<String, ConfigError> {
     let parsed =
         url::Url::parse(u).map_err(|e| ConfigError(format!("--{flag}: invalid URL {u:?}: {e}")))?;
     match parsed.scheme() {
         "http" => {}
+        "https" if flag != "listen-metrics-urls" => {}
         "https" | "unixs" => return err(format!("--{flag}: {u:?}: TLS is not supported")),
         s => {
             return err(format!(
@@ -522,17 +554,31 @@ impl Flags {
             .data_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("{}.kvd", self.name)));
-        let listen_client = split_urls("listen-client-urls", &self.listen_client_urls)?
+        let listen_client_urls = split_urls("listen-client-urls", &self.listen_client_urls)?;
+        let listen_peer_urls = split_urls("listen-peer-urls", &self.listen_peer_urls)?;
+        let listen_client = listen_client_urls
             .iter()
             .map(|u| resolve("listen-client-urls", u))
             .collect::<Result<_, _>>()?;
-        let listen_peer = split_urls("listen-peer-urls", &self.listen_peer_urls)?
+        let listen_peer = listen_peer_urls
             .iter()
             .map(|u| resolve("listen-peer-urls", u))
             .collect::<Result<_, _>>()?;
         let listen_metrics = if self.listen_metrics_urls.trim().is_empty() {
             Vec::new()
         } else {
+            // kubeadm's etcd command line (issue 19): kubeadm's metrics URL is plain http.
+            if let Some(u) = self
+                .listen_metrics_urls
+                .split(',')
+                .map(str::trim)
+                .find(|u| u.starts_with("https://"))
+            {
+                return err(format!(
+                    "--listen-metrics-urls: {u:?}: https is not supported for the metrics \
+                     listener; use an http:// URL (kubeadm's manifest does)"
+                ));
+            }
             split_urls("listen-metrics-urls", &self.listen_metrics_urls)?
                 .iter()
                 .map(|u| resolve("listen-metrics-urls", u))
@@ -558,6 +604,17 @@ impl Flags {
             self.initial_cluster.as_deref(),
             &advertise_peer_urls,
         )?;
+        // TLS for clients and peers (issue 19)
+        let tls = self.tls.validate(
+            &listen_client_urls,
+            &listen_peer_urls,
+            &initial_cluster
+                .values()
+                .flatten()
+                .chain(&advertise_peer_urls)
+                .cloned()
+                .collect::<Vec<_>>(),
+        )?;
         if self.heartbeat_interval == 0 || self.election_timeout < 5 * self.heartbeat_interval {
             return err(format!(
                 "--election-timeout[{}ms] should be at least 5 times as --heartbeat-interval[{}ms]",
@@ -578,6 +635,29 @@ impl Flags {
         if watch_progress_notify_interval.is_zero() {
             return err("--watch-progress-notify-interval must be positive");
         }
+        // kubeadm's etcd command line (issue 19)
+        let gates = super::config_gates::parse(&self.feature_gates)?;
+        let initial_corrupt_check = match (
+            self.experimental_initial_corrupt_check,
+            gates.initial_corrupt_check,
+        ) {
+            (Some(flag), Some(gate)) => {
+                return err(format!(
+                    "cannot specify both flags: --experimental-initial-corrupt-check={flag} and \
+                     --feature-gates=InitialCorruptCheck={gate} at the same time, please just \
+                     use --feature-gates=InitialCorruptCheck={gate}"
+                ))
+            }
+            (Some(b), None) | (None, Some(b)) => b,
+            (None, None) => false,
+        };
+        let corrupt_check_time = match &self.corrupt_check_time {
+            Some(s) => parse_go_duration("corrupt-check-time", s)?,
+            None => parse_go_duration(
+                "experimental-corrupt-check-time",
+                &self.experimental_corrupt_check_time,
+            )?,
+        };
         Ok(Config {
             name: self.name,
             data_dir,
@@ -592,7 +672,9 @@ impl Flags {
             heartbeat: Duration::from_millis(self.heartbeat_interval),
             election_timeout: Duration::from_millis(self.election_timeout),
             snapshot_count: self.snapshot_count,
-            snapshot_catchup_entries: self.experimental_snapshot_catchup_entries,
+            snapshot_catchup_entries: self
+                .snapshot_catchup_entries
+                .unwrap_or(self.experimental_snapshot_catchup_entries),
             max_request_bytes: self.max_request_bytes,
             max_txn_ops: self.max_txn_ops,
             log: LogConfig::new(
@@ -612,11 +694,8 @@ impl Flags {
                 0 => Some(DEFAULT_QUOTA_BYTES),
                 q => Some(q as u64),
             },
-            initial_corrupt_check: self.experimental_initial_corrupt_check,
-            corrupt_check_time: parse_go_duration(
-                "experimental-corrupt-check-time",
-                &self.experimental_corrupt_check_time,
-            )?,
+            initial_corrupt_check,
+            corrupt_check_time,
             wal: Default::default(),
             // Compaction, defragment and force-new-cluster (issue 18)
             auto_compaction: AutoCompaction::parse(
@@ -624,6 +703,8 @@ impl Flags {
                 &self.auto_compaction_retention,
             )?,
             force_new_cluster: self.force_new_cluster,
+            tls,
+            without_effect: gates.without_effect,
             // Authentication (issue 19)
             auth: AuthConfig::parse(&self.auth_token, self.auth_token_ttl, self.bcrypt_cost)?,
         })
@@ -843,7 +924,54 @@ mod tests {
     fn metrics_urls_are_parsed_like_client_urls() {
         let c = flags(&["--listen-metrics-urls", "http://127.0.0.1:2381"]).unwrap();
         assert_eq!(c.listen_metrics, vec!["127.0.0.1:2381".parse().unwrap()]);
-        assert!(flags(&["--listen-metrics-urls", "https://127.0.0.1:2381"]).is_err());
+        let e = flags(&["--listen-metrics-urls", "https://127.0.0.1:2381"]).unwrap_err();
+        assert!(
+            e.contains("https is not supported for the metrics listener"),
+            "{e}"
+        );
+    }
+
+    // kubeadm's etcd command line (issue 19)
+    #[test]
+    fn kubeadm_and_etcd_3_6_names_are_honoured() {
+        let c = flags(&["--feature-gates=InitialCorruptCheck=true"]).unwrap();
+        assert!(c.initial_corrupt_check);
+        assert!(c.without_effect.is_empty());
+        let c = flags(&["--corrupt-check-time=3m", "--snapshot-catchup-entries=7"]).unwrap();
+        assert_eq!(c.corrupt_check_time, Duration::from_secs(180));
+        assert_eq!(c.snapshot_catchup_entries, 7);
+        let c = flags(&["--snapshot-count=10000"]).unwrap();
+        assert_eq!(c.snapshot_count, 10000);
+        let e = flags(&[
+            "--experimental-initial-corrupt-check=true",
+            "--feature-gates=InitialCorruptCheck=false",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "cannot specify both flags: --experimental-initial-corrupt-check=true and \
+             --feature-gates=InitialCorruptCheck=false at the same time, please just use \
+             --feature-gates=InitialCorruptCheck=false"
+        );
+        let c = flags(&["--feature-gates=StopGRPCServiceOnDefrag=true"]).unwrap();
+        assert_eq!(c.without_effect.len(), 1);
+        assert!(c.without_effect[0].contains("StopGRPCServiceOnDefrag"));
+        assert!(flags(&["--feature-gates=NoSuchGate=true"]).is_err());
+    }
+
+    #[test]
+    fn the_whole_command_line_takes_the_flags_kvd_ignores() {
+        use clap::FromArgMatches;
+        let m = command()
+            .try_get_matches_from(["kvd", "--name=n", "--max-snapshots=5"])
+            .unwrap();
+        assert_eq!(Flags::from_arg_matches(&m).unwrap().name, "n");
+        // (Another test sets an ignored flag's variable for a moment: look for this one.)
+        let given = crate::server::config_compat::given(&m);
+        assert!(
+            given.iter().any(|g| g.given == "--max-snapshots=5"),
+            "{given:?}"
+        );
     }
 
     #[test]

@@ -267,8 +267,24 @@ impl Reconfig {
         }
     }
 
+    /// A member never lets into the membership a peer URL it cannot dial: `https://` needs
+    /// peer TLS on this member (and `unix://` is not dialed at all).
+    fn can_dial_all(&self, urls: &[String]) -> bool {
+        match urls.iter().find(|u| !self.node.channels.can_dial(u)) {
+            Some(u) => {
+                tracing::warn!(
+                    url = %u,
+                    "refused a peer URL this member cannot dial (https needs --peer-cert-file \
+                     and --peer-key-file, or --peer-auto-tls)"
+                );
+                false
+            }
+            None => true,
+        }
+    }
+
     async fn add(&self, r: MemberAddRequest) -> Result<MemberAddResponse, ApiError> {
-        if !valid_peer_urls(&r.peer_ur_ls) {
+        if !valid_peer_urls(&r.peer_ur_ls) || !self.can_dial_all(&r.peer_ur_ls) {
             return Err(ApiError::BadMemberUrls);
         }
         let m = self.membership();
@@ -408,7 +424,7 @@ impl Reconfig {
         if m.get_node(&r.id).is_none() {
             return Err(ApiError::MemberNotFound);
         }
-        if !valid_peer_urls(&r.peer_ur_ls) {
+        if !valid_peer_urls(&r.peer_ur_ls) || !self.can_dial_all(&r.peer_ur_ls) {
             return Err(ApiError::BadMemberUrls);
         }
         if m.nodes()

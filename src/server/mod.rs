@@ -17,7 +17,10 @@ pub mod client_cert;
 pub mod cluster;
 mod compactor;
 pub mod config;
+pub mod config_compat;
 pub mod config_env;
+pub mod config_gates;
+pub mod config_tls;
 pub mod context;
 pub mod corrupt;
 mod defrag;
@@ -37,6 +40,7 @@ pub mod membership;
 pub mod observe;
 pub mod oversize;
 pub mod quota;
+pub mod tls;
 pub mod watch_hub;
 pub mod watches;
 
@@ -73,6 +77,9 @@ pub enum ServerError {
     RaftStopped(#[source] crate::raft::Fatal),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// Certificates, keys, CAs or CRLs that cannot be used.
+    #[error("{0}")]
+    Tls(#[from] tls::TlsError),
     /// The initial corruption check found a peer with another hash at the same revision and
     /// compaction (etcd's message).
     #[error("{0}")]

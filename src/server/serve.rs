@@ -19,6 +19,7 @@ use super::config::Config;
 use super::context::ServerCtx;
 use super::learner::LearnerGuard;
 use super::start::{Listeners, MemberDir};
+use super::tls::acceptor;
 use super::{
     cluster, compactor, election, gateway, kv, leader_duties, lease, local_client, lock,
     maintenance, membership, observe, oversize, watches,
@@ -94,7 +95,7 @@ pub fn serve(
         reconfig: reconfig.clone(),
     });
     let mut servers = Vec::new();
-    for l in listeners.peer {
+    for (i, l) in listeners.peer.into_iter().enumerate() {
         let svc = PeerServer::new(PeerService {
             node: node.clone(),
             cluster_id,
@@ -103,10 +104,16 @@ pub fn serve(
         })
         .max_decoding_message_size(MAX_PEER_MESSAGE)
         .max_encoding_message_size(MAX_PEER_MESSAGE);
-        let fut = tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming_shutdown(incoming(l), stopped(stop_rx.clone()));
-        servers.push(tokio::spawn(fut));
+        let router = tonic::transport::Server::builder().add_service(svc);
+        let stop = stopped(stop_rx.clone());
+        servers.push(
+            match tls_for(&cfg.tls.listen_peer_https, i, &member.tls.peer_server) {
+                Some(tls) => tokio::spawn(
+                    router.serve_with_incoming_shutdown(acceptor::incoming(l, tls, false), stop),
+                ),
+                None => tokio::spawn(router.serve_with_incoming_shutdown(incoming(l), stop)),
+            },
+        );
     }
 
     let ctx = ServerCtx {
@@ -126,14 +133,22 @@ pub fn serve(
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
     let services = client_services(cfg, member, &ctx, max_msg);
-    for l in listeners.client {
-        let fut = tonic::transport::Server::builder()
+    for (i, l) in listeners.client.into_iter().enumerate() {
+        let router = tonic::transport::Server::builder()
             // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
             // the HTTP/2 preface), as etcd multiplexes both on its client port.
             .accept_http1(true)
-            .add_routes(client_routes(&services, node, max_msg))
-            .serve_with_incoming_shutdown(incoming(l), stopped(stop_rx.clone()));
-        servers.push(tokio::spawn(fut));
+            .add_routes(client_routes(&services, node, max_msg));
+        let stop = stopped(stop_rx.clone());
+        servers.push(
+            match tls_for(&cfg.tls.listen_client_https, i, &member.tls.client_server) {
+                Some(tls) => tokio::spawn(router.serve_with_incoming_shutdown(
+                    acceptor::incoming(l, tls, member.tls.client_cert_auth),
+                    stop,
+                )),
+                None => tokio::spawn(router.serve_with_incoming_shutdown(incoming(l), stop)),
+            },
+        );
     }
 
     let mut aux = Vec::new();
@@ -271,6 +286,20 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         grpc.merge(gateway::router(services.clone(), node.clone(), max_msg))
             .fallback(gateway::not_found),
     )
+}
+
+/// The TLS config for the `i`th listener of a kind: only `https://` listeners speak TLS (an
+/// `http://` one next to them is plain, as in etcd).
+fn tls_for(
+    https: &[bool],
+    i: usize,
+    config: &Option<Arc<rustls::ServerConfig>>,
+) -> Option<Arc<rustls::ServerConfig>> {
+    if https.get(i).copied().unwrap_or(false) {
+        config.clone()
+    } else {
+        None
+    }
 }
 
 /// Accepted connections with Nagle's algorithm off. Small gRPC responses (append acks,

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 
 use super::config::{ClusterState, Config};
 use super::identity::{self, Identity};
+use super::tls::material::Material;
 use super::ServerError;
 use crate::raft::links::Links;
 use crate::raft::log_store::LogStore;
@@ -33,6 +34,8 @@ pub struct MemberDir {
     /// The identity was created by this start (an empty data dir).
     pub fresh: bool,
     pub channels: Channels,
+    /// TLS configs of the listeners (the peer client's is inside `channels`).
+    pub tls: Material,
 }
 
 impl MemberDir {
@@ -52,7 +55,10 @@ pub async fn open_member(cfg: &Config) -> Result<MemberDir, ServerError> {
     }
     let dir = cfg.data_dir.join("member");
     crate::wal::create_dir_durable(&crate::wal::RealFs, &dir)?;
-    let channels = Channels::from_env().map_err(ServerError::Config)?;
+    let tls = Material::load(cfg)?;
+    let channels = Channels::from_env()
+        .map_err(ServerError::Config)?
+        .with_tls(tls.peer_client.clone());
     let (ident, fresh) = identity::load_or_create(cfg, &dir, &channels).await?;
     super::backup::stream::clean(&dir.join("backup"))?;
     tracing::info!(
@@ -67,6 +73,7 @@ pub async fn open_member(cfg: &Config) -> Result<MemberDir, ServerError> {
         ident,
         fresh,
         channels,
+        tls,
     })
 }
 

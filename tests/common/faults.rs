@@ -255,6 +255,17 @@ impl ProxiedCluster {
     /// members added at run time ([`join`](Self::join)): their ports, proxies and every
     /// member's dial overrides for them exist from the start.
     pub async fn start_with_spares(n: usize, spares: usize, extra: &[&str]) -> ProxiedCluster {
+        Self::start_with_spares_tls(n, spares, extra, false).await
+    }
+
+    /// Like [`start_with_spares`](Self::start_with_spares); with `peer_tls` every member
+    /// speaks mutual TLS to its peers (through the same TCP proxies).
+    pub async fn start_with_spares_tls(
+        n: usize,
+        spares: usize,
+        extra: &[&str],
+        peer_tls: bool,
+    ) -> ProxiedCluster {
         let mut c = Cluster {
             // KVD_KEEP_DIRS keeps data dirs and member logs for post-mortems.
             dir: tempfile::Builder::new()
@@ -270,6 +281,9 @@ impl ProxiedCluster {
         let slots = n + spares;
         for i in 0..slots {
             c.new_member(&format!("m{i}"));
+            if peer_tls {
+                c.make_tls(i, false);
+            }
         }
         c.initial_cluster = c.members[..n]
             .iter()

@@ -17,6 +17,7 @@ use kvd::proto::mvccpb::KeyValue;
 use tonic::transport::Channel;
 
 pub mod faults;
+pub mod tls;
 
 /// A loopback port for a member to listen on. Ports come from below the kernel's ephemeral
 /// range (32768+ on Linux), so no outgoing connection of another member can take one between
@@ -74,14 +75,17 @@ pub struct MemberProc {
     pub join: Option<String>,
     /// Extra command-line arguments, passed as-is after the standard flags.
     pub extra_args: Vec<String>,
+    /// `http` or `https` (a TLS cluster, see [`Cluster::start_tls`]).
+    pub client_scheme: &'static str,
+    pub peer_scheme: &'static str,
 }
 
 impl MemberProc {
     pub fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("{}://127.0.0.1:{}", self.client_scheme, self.client_port)
     }
     pub fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        format!("{}://127.0.0.1:{}", self.peer_scheme, self.peer_port)
     }
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("running").id() as i32
@@ -169,6 +173,8 @@ impl Cluster {
                 child: None,
                 join: None,
                 extra_args: extra(i),
+                client_scheme: "http",
+                peer_scheme: "http",
             })
             .collect();
         let initial_cluster = members
@@ -183,6 +189,75 @@ impl Cluster {
             use_env: false,
             extra_args: Vec::new(),
         }
+    }
+
+    /// Starts `n` members speaking TLS: peers always (mutual TLS with the test binary's shared
+    /// CA, see [`tls::pki`]), clients too when `client_tls` (`--client-cert-auth`); every
+    /// member has its own certificate (CN = its name). `extra(i)` as in `start_custom`.
+    pub async fn start_tls(
+        n: usize,
+        client_tls: bool,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Cluster {
+        let mut c = Self::unstarted_tls(tempfile::tempdir().unwrap(), "m", n, client_tls, extra);
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c.wait_for_leader(Duration::from_secs(20)).await;
+        c
+    }
+
+    /// Like `unstarted`, for a TLS cluster as [`Cluster::start_tls`] starts it.
+    pub fn unstarted_tls(
+        dir: tempfile::TempDir,
+        prefix: &str,
+        n: usize,
+        client_tls: bool,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Cluster {
+        let mut c = Self::unstarted(dir, prefix, n, extra);
+        for i in 0..n {
+            c.make_tls(i, client_tls);
+        }
+        c.initial_cluster = c
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",");
+        c
+    }
+
+    /// Gives member `i` its certificate and TLS flags (before it is started).
+    pub fn make_tls(&mut self, i: usize, client_tls: bool) {
+        let shared = tls::pki();
+        let m = &mut self.members[i];
+        let cert = shared.pki.issue(
+            &format!("{}-{}", m.name, m.peer_port),
+            tls::Leaf::new(&m.name, u64::from(m.peer_port)),
+        );
+        let (c, k, ca) = (
+            cert.cert.display().to_string(),
+            cert.key.display().to_string(),
+            shared.pki.ca_file.display().to_string(),
+        );
+        m.peer_scheme = "https";
+        let mut args = vec![
+            format!("--peer-cert-file={c}"),
+            format!("--peer-key-file={k}"),
+            format!("--peer-trusted-ca-file={ca}"),
+            "--peer-client-cert-auth".to_string(),
+        ];
+        if client_tls {
+            m.client_scheme = "https";
+            args.extend([
+                format!("--cert-file={c}"),
+                format!("--key-file={k}"),
+                format!("--trusted-ca-file={ca}"),
+                "--client-cert-auth".to_string(),
+            ]);
+        }
+        m.extra_args.splice(0..0, args);
     }
 
     pub fn spawn(&mut self, i: usize) {
@@ -245,6 +320,8 @@ impl Cluster {
             child: None,
             join: None,
             extra_args: Vec::new(),
+            client_scheme: "http",
+            peer_scheme: "http",
         });
         self.members.len() - 1
     }
@@ -416,7 +493,11 @@ impl Drop for Cluster {
     }
 }
 
+/// A connected channel; `https://` URLs with the harness's client certificate.
 pub async fn try_channel(url: &str) -> Result<Channel, tonic::transport::Error> {
+    if url.starts_with("https://") {
+        return tls::tls_channel(url, tls::harness_client()).await;
+    }
     Channel::from_shared(url.to_string())
         .unwrap()
         .connect_timeout(Duration::from_secs(1))

@@ -167,12 +167,15 @@ fn random_key(prefix: &[u8], buf: &mut [u8; KEY_SIZE]) -> Vec<u8> {
 async fn connect_all(ctx: &Ctx, clients: usize) -> Result<Vec<Conn>, CliError> {
     let eps = &ctx.global.endpoints;
     let deadline = ctx.deadline();
-    let conns = (0..clients).map(|i| {
+    // One after the other, as etcdctl makes its clients: with --user each one authenticates
+    // (a bcrypt check on the server) within its own dial timeout.
+    let mut conns = Vec::with_capacity(clients);
+    for i in 0..clients {
         let mut mine = eps.clone();
         mine.rotate_left(i % eps.len().max(1));
-        async move { Conn::connect(&mine, ctx.global.dial_timeout, deadline).await }
-    });
-    futures::future::try_join_all(conns).await
+        conns.push(Conn::connect(&mine, ctx.dial()?, deadline).await?);
+    }
+    Ok(conns)
 }
 
 /// Puts paced at `limit` per second for `duration` over `conns`; the statistics.
@@ -295,9 +298,7 @@ pub async fn perf(ctx: &Ctx, a: CheckPerfArgs) -> Result<i32, CliError> {
             println!("Defragmenting {}", quote(ep.as_bytes()));
             let deadline = Instant::now() + CLEANUP_TIMEOUT;
             with_deadline(deadline, async {
-                let conn =
-                    Conn::connect(std::slice::from_ref(ep), ctx.global.dial_timeout, deadline)
-                        .await?;
+                let conn = Conn::connect(std::slice::from_ref(ep), ctx.dial()?, deadline).await?;
                 conn.maintenance().defragment(DefragmentRequest {}).await?;
                 Ok(())
             })

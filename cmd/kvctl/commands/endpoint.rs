@@ -6,12 +6,13 @@ use kvd::proto::etcdserverpb::{HashKvRequest, MemberListRequest, RangeRequest, S
 use tokio::time::Instant;
 
 use crate::cli::{HashKvArgs, StatusArgs};
+use crate::client::Dial;
+use crate::token::AuthChannel;
 use kvd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
-use tonic::transport::Channel;
 
 use crate::client::{with_deadline, Conn};
 use crate::commands::{emit, Ctx};
-use crate::error::{CliError, EXIT_ERROR};
+use crate::error::{CliError, EXIT_BAD_CONNECTION, EXIT_ERROR};
 use crate::output::EpHealth;
 
 /// The endpoints to check: the `--endpoints` as given, or with `--cluster` every member's
@@ -50,10 +51,10 @@ pub(crate) async fn endpoints(ctx: &Ctx, cluster: bool) -> Result<Vec<String>, C
 
 pub(crate) async fn connect_one(
     ep: &str,
-    dial_timeout: Duration,
+    dial: &Dial,
     deadline: Instant,
 ) -> Result<Conn, CliError> {
-    Conn::connect(&[ep.to_string()], dial_timeout, deadline).await
+    Conn::connect(&[ep.to_string()], dial, deadline).await
 }
 
 /// Calls `call` on the Maintenance service of each endpoint in turn, each with its own
@@ -64,17 +65,24 @@ async fn each_maintenance<T, F, Fut>(
     call: F,
 ) -> Result<Vec<(String, Result<T, CliError>)>, CliError>
 where
-    F: Fn(MaintenanceClient<Channel>) -> Fut,
+    F: Fn(MaintenanceClient<AuthChannel>) -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
     let mut out = Vec::new();
     for ep in endpoints(ctx, cluster).await? {
         let deadline = ctx.deadline();
         let r = with_deadline(deadline, async {
-            let conn = connect_one(&ep, ctx.global.dial_timeout, deadline).await?;
+            let conn = connect_one(&ep, ctx.dial()?, deadline).await?;
             Ok(call(conn.maintenance()).await?.into_inner())
         })
         .await;
+        // etcdctl makes one client for all endpoints: failing to authenticate ends the
+        // command (exit code 2) instead of marking one endpoint as failed.
+        if let Err(e) = &r {
+            if e.code == EXIT_BAD_CONNECTION {
+                return Err(e.clone());
+            }
+        }
         out.push((ep, r));
     }
     Ok(out)
@@ -100,11 +108,11 @@ pub async fn status(ctx: &Ctx, cluster: bool, a: StatusArgs) -> Result<i32, CliE
     Ok(if failed { EXIT_ERROR } else { 0 })
 }
 
-async fn check_health(ep: String, dial_timeout: Duration, timeout: Duration) -> EpHealth {
+async fn check_health(ep: String, dial: Dial, timeout: Duration) -> EpHealth {
     let start = Instant::now();
     let deadline = start + timeout;
     let r = with_deadline(deadline, async {
-        let conn = connect_one(&ep, dial_timeout, deadline).await?;
+        let conn = connect_one(&ep, &dial, deadline).await?;
         let req = RangeRequest {
             key: b"health".to_vec(),
             ..Default::default()
@@ -133,16 +141,11 @@ async fn check_health(ep: String, dial_timeout: Duration, timeout: Duration) -> 
 
 pub async fn health(ctx: &Ctx, cluster: bool) -> Result<i32, CliError> {
     let eps = endpoints(ctx, cluster).await?;
+    let dial = ctx.dial()?;
     // Like etcdctl, results are listed in the order the checks finish.
     let mut checks: futures::stream::FuturesUnordered<_> = eps
         .into_iter()
-        .map(|ep| {
-            tokio::spawn(check_health(
-                ep,
-                ctx.global.dial_timeout,
-                ctx.global.command_timeout,
-            ))
-        })
+        .map(|ep| tokio::spawn(check_health(ep, dial.clone(), ctx.global.command_timeout)))
         .collect();
     let mut list = Vec::new();
     while let Some(h) = futures::StreamExt::next(&mut checks).await {

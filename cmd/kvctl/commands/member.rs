@@ -221,8 +221,7 @@ pub async fn move_leader(ctx: &Ctx, a: MoveLeaderArgs) -> Result<i32, CliError> 
     let (leader, resp) = with_deadline(deadline, async {
         let mut found: Option<(Conn, u64)> = None;
         for ep in &ctx.global.endpoints {
-            let conn =
-                Conn::connect(std::slice::from_ref(ep), ctx.global.dial_timeout, deadline).await?;
+            let conn = Conn::connect(std::slice::from_ref(ep), ctx.dial()?, deadline).await?;
             let st = conn
                 .maintenance()
                 .status(StatusRequest {})

@@ -1,6 +1,7 @@
 //! One module per etcdctl command. Each returns the process exit code, or an error that
 //! `main` prints as `Error: <message>`.
 mod alarm;
+mod auth;
 mod check_disk;
 mod check_perf;
 mod compaction;
@@ -11,9 +12,11 @@ mod kv;
 mod lease;
 mod lock;
 mod member;
+mod role;
 mod session;
 mod snapshot;
 mod txn;
+mod user;
 mod watch;
 
 use std::io::Write;
@@ -21,12 +24,15 @@ use std::io::Write;
 use tokio::time::Instant;
 
 use crate::cli::{
-    AlarmCommand, CheckCommand, Cli, Command, EndpointCommand, GlobalArgs, LeaseCommand,
-    MemberCommand, SnapshotCommand,
+    AlarmCommand, AuthCommand, CheckCommand, Cli, Command, EndpointCommand, GlobalArgs,
+    LeaseCommand, MemberCommand, RoleCommand, SnapshotCommand, UserCommand,
 };
-use crate::client::Conn;
+use std::sync::OnceLock;
+
+use crate::client::{Conn, Dial};
 use crate::error::CliError;
 use crate::output::{Format, Output, Printer};
+use crate::tls::TlsSettings;
 
 /// The emulated etcdctl version printed by `version`.
 pub const ETCDCTL_VERSION: &str = "3.4.23";
@@ -36,6 +42,9 @@ pub const API_VERSION: &str = "3.4";
 pub struct Ctx {
     pub global: GlobalArgs,
     pub printer: Printer,
+    /// Built on first use, as etcdctl builds its client config only once a command connects
+    /// (so argument errors come before a password prompt).
+    dial: OnceLock<Dial>,
 }
 
 impl Ctx {
@@ -44,9 +53,28 @@ impl Ctx {
         Instant::now() + self.global.command_timeout
     }
 
+    /// The connection settings: TLS from the flags, and `--user`'s credentials (prompting
+    /// for the password when `--user` has none).
+    pub fn dial(&self) -> Result<&Dial, CliError> {
+        if let Some(d) = self.dial.get() {
+            return Ok(d);
+        }
+        let g = &self.global;
+        let tls = TlsSettings::from_args(g)?;
+        // clientv3 authenticates only with both a name and a password.
+        let auth = crate::password::credentials(&g.user, &g.password)?
+            .filter(|(u, p)| !u.is_empty() && !p.is_empty());
+        let d = Dial {
+            dial_timeout: g.dial_timeout,
+            tls,
+            auth,
+        };
+        Ok(self.dial.get_or_init(|| d))
+    }
+
     /// Connects to the configured endpoints.
     pub async fn connect(&self, deadline: Instant) -> Result<Conn, CliError> {
-        Conn::connect(&self.global.endpoints, self.global.dial_timeout, deadline).await
+        Conn::connect(&self.global.endpoints, self.dial()?, deadline).await
     }
 }
 
@@ -69,6 +97,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
     let ctx = Ctx {
         printer: Printer::new(format, cli.global.hex),
         global: cli.global,
+        dial: OnceLock::new(),
     };
     match cli.command {
         Command::Put(a) => kv::put(&ctx, a).await,
@@ -112,6 +141,27 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Check(c) => match c.command {
             CheckCommand::Perf(a) => check_perf::perf(&ctx, a).await,
             CheckCommand::Disk(a) => check_disk::disk(&ctx, a).await,
+        },
+        Command::Auth(a) => match a.command {
+            AuthCommand::Enable(a) => auth::enable(&ctx, a).await,
+            AuthCommand::Disable(a) => auth::disable(&ctx, a).await,
+        },
+        Command::User(u) => match u.command {
+            UserCommand::Add(a) => user::add(&ctx, a).await,
+            UserCommand::Delete(a) => user::delete(&ctx, a).await,
+            UserCommand::Get(a) => user::get(&ctx, a).await,
+            UserCommand::List(a) => user::list(&ctx, a).await,
+            UserCommand::Passwd(a) => user::passwd(&ctx, a).await,
+            UserCommand::GrantRole(a) => user::grant_role(&ctx, a).await,
+            UserCommand::RevokeRole(a) => user::revoke_role(&ctx, a).await,
+        },
+        Command::Role(r) => match r.command {
+            RoleCommand::Add(a) => role::add(&ctx, a).await,
+            RoleCommand::Delete(a) => role::delete(&ctx, a).await,
+            RoleCommand::Get(a) => role::get(&ctx, a).await,
+            RoleCommand::List(a) => role::list(&ctx, a).await,
+            RoleCommand::GrantPermission(a) => role::grant_permission(&ctx, a).await,
+            RoleCommand::RevokePermission(a) => role::revoke_permission(&ctx, a).await,
         },
         Command::Version => {
             println!("etcdctl version: {ETCDCTL_VERSION}");

@@ -40,7 +40,8 @@ pub async fn save(ctx: &Ctx, a: SnapshotFileArgs) -> Result<i32, CliError> {
     let result = fetch(ctx, &part).await;
     if let Err(e) = result {
         let _ = std::fs::remove_file(&part);
-        return Err(e);
+        // etcdctl exits with ExitInterrupted for any failure of the save, refusals included.
+        return Err(CliError::new(EXIT_INTERRUPTED, e.msg));
     }
     std::fs::rename(&part, &path).map_err(io_err)?;
     println!("Snapshot saved at {}", path.display());

@@ -123,7 +123,11 @@ impl Session {
     fn print(&mut self, ctx: &Ctx, r: WatchResponse) {
         if r.created {
             self.pending.pop_front();
-            if r.canceled {
+            if r.canceled && !r.cancel_reason.is_empty() {
+                // clientv3's addSubstream: a watch refused at creation closes with the
+                // server's reason as it is (a full gRPC status text for permission denied).
+                eprintln!("watch was canceled ({})", r.cancel_reason);
+            } else if r.canceled {
                 eprintln!("watch was canceled ({})", cancel_error(&r));
             } else {
                 self.active.insert(r.watch_id);

@@ -7,6 +7,7 @@ use kvd::proto::etcdserverpb::{
 };
 use kvd::proto::mvccpb::KeyValue;
 
+mod auth;
 mod fields;
 mod json;
 mod maint;
@@ -14,6 +15,7 @@ mod maint;
 use crate::error::{CliError, EXIT_BAD_ARGS, EXIT_BAD_FEATURE};
 use crate::gofmt::{duration_string, hex_prefixed, humanize_bytes, quote};
 use crate::table;
+pub use auth::prefix_range_end;
 use fields::*;
 pub use json::*;
 

@@ -4,8 +4,9 @@
 //! `POST /v3/<service>/<call>` with a JSON request body answers the call's response as JSON;
 //! `/v3/watch`, `/v3/lease/keepalive` and `/v3/election/observe` stream `{"result": ...}`
 //! chunks. `/v3beta/...` is an
-//! alias, as in etcd 3.4. `GET /version` and `GET /health` answer as etcd's, and all of them
-//! carry etcd's permissive CORS headers.
+//! alias, as in etcd 3.4. `GET /version` answers as etcd's, the health endpoints (`/health`,
+//! `/livez`, `/readyz`) are [`crate::server::observe::health`]'s, and all of them carry etcd's
+//! permissive CORS headers.
 //!
 //! Invariants:
 //! - Every call goes through the same tonic servers as gRPC ([`call`]), so semantics, limits
@@ -110,7 +111,6 @@ impl Services {
 #[derive(Clone)]
 struct Gateway {
     services: Services,
-    node: RaftNode,
 }
 
 type Route = MethodRouter<Arc<Gateway>>;
@@ -258,13 +258,13 @@ pub fn router(services: Services, node: RaftNode, max_msg: usize) -> Router {
         r = r.route(&format!("{prefix}/{{*rest}}"), any(unknown_call));
     }
     r.route("/version", get(version))
-        .route("/health", get(health))
+        .merge(crate::server::observe::health::router(node.clone()))
         .layer(axum::middleware::from_fn(move |req, next| {
             refuse_oversized(req, next, max_body, max_msg)
         }))
         .layer(axum::middleware::from_fn(cors))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
-        .with_state(Arc::new(Gateway { services, node }))
+        .with_state(Arc::new(Gateway { services }))
 }
 
 /// etcd's gateway hands any body to its gRPC client, whose transport refuses a message
@@ -383,16 +383,6 @@ async fn version() -> Response {
         etcdserver: ETCD_VERSION,
         etcdcluster: cluster_version(),
     })
-}
-
-/// etcd 3.4's client-port `/health`: `{"health":"true"}`, or `{"health":"false"}` with 503
-/// when the member has no leader (the same rule as the metrics listener's `/health`).
-async fn health(State(g): State<Arc<Gateway>>) -> Response {
-    if crate::server::observe::healthy(&g.node) {
-        plain(StatusCode::OK, r#"{"health":"true"}"#)
-    } else {
-        plain(StatusCode::SERVICE_UNAVAILABLE, "{\"health\":\"false\"}\n")
-    }
 }
 
 #[cfg(test)]

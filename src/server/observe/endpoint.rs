@@ -1,10 +1,10 @@
-//! The metrics HTTP listener: `GET /metrics` and `GET /health`, as etcd serves them on
-//! `--listen-metrics-urls`.
+//! The metrics HTTP listener: `GET /metrics` and the health endpoints (`/health`, `/livez`,
+//! `/readyz`, see [`super::health`]), as etcd serves them on `--listen-metrics-urls`.
 
 use std::future::Future;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
@@ -15,7 +15,7 @@ use super::collect::{render, Scrape};
 pub fn router(s: Scrape) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/health", get(health))
+        .merge(super::health::router(s.node.clone()))
         .with_state(s)
 }
 
@@ -42,22 +42,4 @@ async fn metrics(State(s): State<Scrape>) -> impl IntoResponse {
         )],
         body,
     )
-}
-
-/// The one health rule, shared with the client port's `/health`: healthy exactly while the
-/// member has a live leader.
-pub fn healthy(node: &crate::raft::RaftNode) -> bool {
-    node.has_leader()
-}
-
-async fn health(State(s): State<Scrape>) -> impl IntoResponse {
-    let (code, body) = if healthy(&s.node) {
-        (StatusCode::OK, r#"{"health":"true","reason":""}"#)
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            r#"{"health":"false","reason":"RAFT NO LEADER"}"#,
-        )
-    };
-    (code, [(header::CONTENT_TYPE, "application/json")], body)
 }
