@@ -4,6 +4,7 @@
 //! checks this on the source):
 //! - [`wal`]: the fsynced write-ahead log, and the disk probe (`wal::diskcheck`).
 //! - [`mvcc`]: etcd's revisioned key space, leases and members, on a storage engine.
+//! - [`auth`]: users, roles, permissions, tokens (etcd's auth store), beside `mvcc`.
 //! - [`raft`]: openraft on the WAL and the MVCC state machine, the peer network, the leader's
 //!   lease expiry tracking (`raft::lessor`).
 //! - [`server`]: the etcd v3 gRPC services, the JSON gateway, membership checks, the validated
@@ -15,6 +16,7 @@
 //! Test-only code lives in the `kvd-testkit` crate (`testkit/`), or behind the `testkit`
 //! feature, which only integration tests enable.
 
+pub mod auth;
 pub mod bbolt;
 pub mod metrics;
 pub mod mvcc;

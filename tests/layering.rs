@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("proto", 0),
     ("wal", 1),
     ("mvcc", 2),
+    ("auth", 2),
     ("raft", 3),
     ("server", 4),
 ];

@@ -22,6 +22,7 @@ fn put_of_size(key: &str, size: usize) -> PutRequest {
     let len = |p: &PutRequest| {
         InternalRequest {
             request: Some(Request::Put(p.clone())),
+            ..Default::default()
         }
         .encoded_len()
     };

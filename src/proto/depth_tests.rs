@@ -57,6 +57,7 @@ fn the_log_bound_covers_a_request_at_the_request_bound_wrapped_for_the_log() {
     assert!(within(&txn.encode_to_vec(), REQUEST_LIMIT));
     let entry = InternalRequest {
         request: Some(internal_request::Request::Txn(txn)),
+        ..Default::default()
     };
     assert!(within(&entry.encode_to_vec(), LOG_LIMIT));
 }

@@ -188,7 +188,10 @@ mod tests {
     use crate::proto::etcdserverpb::{PutRequest, RequestOp, TxnRequest};
 
     fn req(r: internal_request::Request) -> InternalRequest {
-        InternalRequest { request: Some(r) }
+        InternalRequest {
+            request: Some(r),
+            ..Default::default()
+        }
     }
 
     fn alarm(action: AlarmAction, alarm: AlarmType, member_id: u64) -> AlarmRequest {

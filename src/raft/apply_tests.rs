@@ -18,6 +18,7 @@ fn put(key: &str) -> Command {
             value: b"v".to_vec(),
             ..Default::default()
         })),
+        ..Default::default()
     };
     Command(Bytes::from(req.encode_to_vec()))
 }
@@ -284,7 +285,10 @@ mod fuzz {
             let batch: Vec<Command> = (0..rng.gen_range(1..8))
                 .filter_map(|_| request(&mut rng, &mut next_lease))
                 .map(|req| {
-                    let ir = InternalRequest { request: Some(req) };
+                    let ir = InternalRequest {
+                        request: Some(req),
+                        ..Default::default()
+                    };
                     Command(Bytes::from(ir.encode_to_vec()))
                 })
                 .collect();

@@ -27,6 +27,9 @@
 //!   an install holds `install_gate` for writing from start to end.
 //! - Active alarms are meta keys like the member attributes; `alarms` mirrors them (loaded at
 //!   open and after every snapshot load) and decides apply-time refusals (see `alarm_set`).
+//! - So does the auth store (`auth/` meta keys, see `crate::auth::store`): a client write or
+//!   auth change is checked at apply time against the identity and auth revision its entry
+//!   carries, before alarms, so every member refuses the same entries (etcd's authApplierV3).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -48,6 +51,7 @@ use super::snapshot_file::{self, SnapshotFile};
 use super::types::{
     Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
+use crate::auth::{AuthError, AuthStore, META_AUTH_PREFIX};
 use crate::mvcc::failpoint::crash_point;
 use crate::mvcc::{
     Engine, EngineOptions, MvccError, MvccStore, StoreEngine, WriteRequest, WriteResponse,
@@ -55,8 +59,8 @@ use crate::mvcc::{
 use crate::proto::depth;
 use crate::proto::etcdserverpb::{AlarmResponse, RangeRequest, RangeResponse};
 use crate::proto::kvdpb::{
-    internal_request, internal_response, ErrorCode, InternalRequest, InternalResponse,
-    MemberAttributes,
+    internal_request, internal_response, AuthResponse, ErrorCode, InternalRequest,
+    InternalResponse, MemberAttributes,
 };
 use crate::raft::lessor::Lessor;
 
@@ -95,6 +99,8 @@ pub struct SmShared {
     revision_tx: watch::Sender<i64>,
     /// The active alarms, as the applied state holds them.
     pub alarms: AlarmSet,
+    /// Users, roles and permissions, as the applied state holds them, and simple tokens.
+    pub auth: AuthStore,
     /// The current engine generation's directory (see `engine_dir`).
     db_dir: std::sync::Mutex<PathBuf>,
     /// Held for writing by a defragmentation; applies, snapshot builds and installs take it
@@ -144,12 +150,14 @@ impl StateMachine {
                 applied_tx,
                 revision_tx,
                 alarms: AlarmSet::default(),
+                auth: AuthStore::default(),
                 db_dir: std::sync::Mutex::new(db_dir),
                 defrag_gate: Arc::new(tokio::sync::RwLock::new(())),
             }),
         };
         sm.repair_from_snapshot()?;
         sm.reload_alarms()?;
+        sm.reload_auth()?;
         let applied = sm.last_applied()?.map_or(0, |l| l.index);
         sm.shared.applied_tx.send_replace(applied);
         Ok(sm)
@@ -214,6 +222,18 @@ impl StateMachine {
         let stored = self.shared.mvcc.meta_scan(META_ALARM_PREFIX.as_bytes())?;
         self.shared.alarms.load(&stored);
         Ok(())
+    }
+
+    /// Reloads the auth store from the meta tree.
+    fn reload_auth(&self) -> Result<(), StoreError> {
+        let stored = self.shared.mvcc.meta_scan(META_AUTH_PREFIX.as_bytes())?;
+        self.shared.auth.load(&stored);
+        Ok(())
+    }
+
+    /// The auth store (etcd's auth store).
+    pub fn auth(&self) -> &AuthStore {
+        &self.shared.auth
     }
 
     /// The active alarms (etcd's alarm store).
@@ -333,6 +353,7 @@ impl StateMachine {
         )?;
         self.shared.lessor.sync(&mvcc.leases()?);
         self.reload_alarms()?;
+        self.reload_auth()?;
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
         self.shared
@@ -352,6 +373,8 @@ enum Slot {
     Undecodable,
     /// An alarm entry's answer.
     Alarm(AlarmResponse),
+    /// An auth change's result, or a request the auth store refused at apply time.
+    Auth(Result<Option<String>, AuthError>),
     /// Refused at apply time by an active alarm, with etcd's error.
     Refused(ErrorCode, &'static str),
 }
@@ -385,7 +408,7 @@ fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
         R::LeaseGrant(g) => Some(WriteRequest::LeaseGrant(g)),
         R::LeaseRevoke(r) => Some(WriteRequest::LeaseRevoke(r)),
         R::LeaseRevokeMany(r) => Some(WriteRequest::LeaseRevokeMany(r.ids)),
-        R::Publish(_) | R::Alarm(_) => None,
+        R::Publish(_) | R::Alarm(_) | R::Auth(_) => None,
     }
 }
 
@@ -460,11 +483,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             continue;
                         }
                     };
+                    let mvcc = &self.shared.mvcc;
+                    let lease_keys = |id| mvcc.lease_keys(id).unwrap_or_default();
+                    if let Err(e) = self.shared.auth.check_entry(&req, lease_keys) {
+                        slots.push(Slot::Auth(Err(e)));
+                        continue;
+                    }
                     if let Some(refused) = self.shared.alarms.refusal(&req) {
                         slots.push(Slot::Refused(refused.0, refused.1));
                         continue;
                     }
-                    if let Some(internal_request::Request::Alarm(ar)) = &req.request {
+                    if let Some(internal_request::Request::Auth(ar)) = &req.request {
+                        let (res, writes) = self.shared.auth.apply(ar, entry.log_id().index);
+                        meta.extend(writes);
+                        slot = Slot::Auth(res);
+                    } else if let Some(internal_request::Request::Alarm(ar)) = &req.request {
                         let (resp, write) = self.shared.alarms.apply(ar);
                         meta.extend(write);
                         slot = Slot::Alarm(resp);
@@ -540,6 +573,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     response: Some(internal_response::Response::Alarm(a)),
                     revision: current,
                     ..Default::default()
+                },
+                Slot::Auth(Ok(token)) => InternalResponse {
+                    response: Some(internal_response::Response::Auth(AuthResponse {
+                        token: token.unwrap_or_default(),
+                    })),
+                    revision: current,
+                    ..Default::default()
+                },
+                Slot::Auth(Err(e)) => InternalResponse {
+                    response: Some(internal_response::Response::Error(e.to_string())),
+                    revision: current,
+                    error_code: e.kind() as i32,
                 },
                 Slot::Refused(code, msg) => InternalResponse {
                     response: Some(internal_response::Response::Error(msg.to_string())),

@@ -32,6 +32,7 @@ pub async fn alarm(ctx: &ServerCtx, req: AlarmRequest) -> Result<AlarmResponse, 
             match ctx
                 .propose(InternalRequest {
                     request: Some(In::Alarm(req)),
+                    ..Default::default()
                 })
                 .await?
             {

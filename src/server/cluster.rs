@@ -46,6 +46,10 @@ impl Cluster for ClusterService {
         req: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
+        // etcd's checkMembershipOperationPermission.
+        self.ctx
+            .check_admin(req.metadata(), req.extensions())
+            .await?;
         match self.change(q::Request::Add(req.into_inner())).await? {
             r::Response::Add(mut resp) => {
                 resp.header = self.ctx.header(0);
@@ -60,6 +64,10 @@ impl Cluster for ClusterService {
         req: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
+        // etcd's checkMembershipOperationPermission.
+        self.ctx
+            .check_admin(req.metadata(), req.extensions())
+            .await?;
         match self.change(q::Request::Remove(req.into_inner())).await? {
             r::Response::Remove(mut resp) => {
                 resp.header = self.ctx.header(0);
@@ -74,6 +82,10 @@ impl Cluster for ClusterService {
         req: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
+        // etcd's checkMembershipOperationPermission.
+        self.ctx
+            .check_admin(req.metadata(), req.extensions())
+            .await?;
         match self.change(q::Request::Update(req.into_inner())).await? {
             r::Response::Update(mut resp) => {
                 resp.header = self.ctx.header(0);
@@ -101,6 +113,10 @@ impl Cluster for ClusterService {
         req: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
+        // etcd's checkMembershipOperationPermission.
+        self.ctx
+            .check_admin(req.metadata(), req.extensions())
+            .await?;
         match self.change(q::Request::Promote(req.into_inner())).await? {
             r::Response::Promote(mut resp) => {
                 resp.header = self.ctx.header(0);

@@ -70,6 +70,7 @@ impl Target for Member {
                 revision: rev,
                 physical: false,
             })),
+            ..Default::default()
         };
         self.0.propose(req).await.map(|_| ())
     }

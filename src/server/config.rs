@@ -168,6 +168,17 @@ pub struct Flags {
         default_value_t = crate::mvcc::EngineOptions::DEFAULT_CACHE_BYTES
     )]
     pub experimental_backend_cache_bytes: u64,
+    // Authentication (issue 19)
+    /// Auth token kind: `simple`, or `jwt,pub-key=...,priv-key=...,sign-method=RS256[,ttl=5m]`.
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
+    pub auth_token: String,
+    /// Lifetime of a simple token in seconds (renewed on each use).
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
+    pub auth_token_ttl: u64,
+    /// bcrypt cost of password hashes (4 to 31).
+    #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
+    pub bcrypt_cost: u32,
+
     // TLS for clients and peers (issue 19): see config_tls.rs.
     #[command(flatten)]
     pub tls: super::config_tls::TlsFlags,
@@ -259,6 +270,38 @@ pub struct Config {
     // Memory budget (issue 20)
     /// How the storage engine is opened (`--experimental-backend-cache-bytes`).
     pub engine: crate::mvcc::EngineOptions,
+    // Authentication (issue 19)
+    pub auth: AuthConfig,
+}
+
+// Authentication (issue 19)
+/// `--auth-token`, `--auth-token-ttl`, `--bcrypt-cost`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    pub token_ttl: Duration,
+    pub bcrypt_cost: u32,
+}
+
+impl AuthConfig {
+    fn parse(token: &str, ttl: u64, bcrypt_cost: u32) -> Result<AuthConfig, ConfigError> {
+        let kind = token.split(',').next().unwrap_or_default();
+        if kind != "simple" {
+            // JWT tokens are not implemented yet: refuse rather than run with other tokens.
+            return Err(ConfigError(format!(
+                "--auth-token: unsupported token type {kind:?} (kvd supports simple)"
+            )));
+        }
+        // bcrypt's own bounds (etcd checks them too).
+        if !(4..=31).contains(&bcrypt_cost) {
+            return Err(ConfigError(format!(
+                "--bcrypt-cost: {bcrypt_cost} is outside [4, 31]"
+            )));
+        }
+        Ok(AuthConfig {
+            token_ttl: Duration::from_secs(ttl.max(1)),
+            bcrypt_cost,
+        })
+    }
 }
 
 // Compaction, defragment and force-new-cluster (issue 18)
@@ -685,6 +728,8 @@ impl Flags {
             engine: crate::mvcc::EngineOptions {
                 cache_bytes: self.experimental_backend_cache_bytes,
             },
+            // Authentication (issue 19)
+            auth: AuthConfig::parse(&self.auth_token, self.auth_token_ttl, self.bcrypt_cost)?,
         })
     }
 }

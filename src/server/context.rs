@@ -3,9 +3,13 @@
 use tonic::metadata::MetadataMap;
 
 use super::error::ApiError;
+use crate::auth::{AuthError, AuthInfo};
 use crate::proto::etcdserverpb::ResponseHeader;
 use crate::proto::kvdpb::{internal_response, InternalRequest, InternalResponse};
 use crate::raft::RaftNode;
+
+/// How long a request with a token waits for this member to apply the token's entry.
+const TOKEN_INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct ServerCtx {
@@ -16,6 +20,8 @@ pub struct ServerCtx {
     pub reconfig: std::sync::Arc<super::membership::Reconfig>,
     /// The backend quota writes are checked against before they are proposed.
     pub quota: std::sync::Arc<super::quota::Quota>,
+    /// Password hashing and checking (bcrypt cost, the bound on concurrent checks).
+    pub passwords: std::sync::Arc<super::auth::Passwords>,
 }
 
 impl ServerCtx {
@@ -41,6 +47,82 @@ impl ServerCtx {
             return Err(ApiError::NoLeader);
         }
         Ok(())
+    }
+
+    /// Who is asking (etcd's AuthInfoFromCtx): `None` with auth disabled or no credentials;
+    /// the user of the `token` (or `authorization`) metadata, else the verified client
+    /// certificate's CN. An unknown or expired token is an error.
+    pub async fn auth_info(
+        &self,
+        md: &MetadataMap,
+        ext: &http::Extensions,
+    ) -> Result<Option<AuthInfo>, ApiError> {
+        let store = self.node.sm.auth();
+        if !store.is_enabled() {
+            return Ok(None);
+        }
+        let token = md
+            .get("token")
+            .or_else(|| md.get("authorization"))
+            .and_then(|v| v.to_str().ok());
+        if let Some(token) = token {
+            // As etcd's simple tokens: a token is valid once this member has applied the
+            // entry that assigned it (its index follows the last dot).
+            if let Some(index) = token.rsplit_once('.').and_then(|(_, i)| i.parse().ok()) {
+                let wait = self.node.sm.wait_applied(index);
+                let _ = tokio::time::timeout(TOKEN_INDEX_WAIT, wait).await;
+            }
+            let username = store
+                .tokens
+                .user(token)
+                .ok_or(AuthError::InvalidAuthToken)?;
+            return Ok(Some(AuthInfo {
+                username,
+                revision: store.revision(),
+            }));
+        }
+        Ok(
+            super::client_cert::common_name(ext).map(|username| AuthInfo {
+                username,
+                revision: store.revision(),
+            }),
+        )
+    }
+
+    /// etcd's admin check of a request (maintenance, membership): with auth enabled, only a
+    /// user with the root role.
+    pub async fn check_admin(
+        &self,
+        md: &MetadataMap,
+        ext: &http::Extensions,
+    ) -> Result<(), ApiError> {
+        let ai = self.auth_info(md, ext).await?;
+        Ok(self.node.sm.auth().check_admin(ai.as_ref())?)
+    }
+
+    /// etcd's requireAuthInfo: with auth enabled, some user.
+    pub async fn check_user(
+        &self,
+        md: &MetadataMap,
+        ext: &http::Extensions,
+    ) -> Result<(), ApiError> {
+        match self.auth_info(md, ext).await? {
+            None if self.node.sm.auth().is_enabled() => Err(AuthError::UserEmpty.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Replicates a client's write, carrying who asked so the apply checks it.
+    pub async fn propose_as(
+        &self,
+        mut req: InternalRequest,
+        ai: Option<&AuthInfo>,
+    ) -> Result<internal_response::Response, ApiError> {
+        if let Some(ai) = ai {
+            req.username = ai.username.clone();
+            req.auth_revision = ai.revision;
+        }
+        self.propose(req).await
     }
 
     /// Replicates a write and returns its response, or the error applying it produced.

@@ -184,6 +184,7 @@ async fn raise(node: &RaftNode, id: NodeId, reported: &mut BTreeSet<NodeId>) {
             member_id: id,
             alarm: AlarmType::Corrupt as i32,
         })),
+        ..Default::default()
     };
     if let Err(e) = node.propose(req).await {
         tracing::warn!("raising the CORRUPT alarm: {e}");

@@ -11,6 +11,7 @@
 
 use tonic::{Code, Status};
 
+use crate::auth::AuthError;
 use crate::mvcc::MvccError;
 use crate::proto::kvdpb::ErrorCode;
 use crate::raft::peer_error;
@@ -70,6 +71,9 @@ pub enum ApiError {
     /// A request the store refused, read locally or applied (here or on the leader).
     #[error(transparent)]
     Mvcc(#[from] MvccError),
+    /// An auth error (etcd's auth store), checked here or applied.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     /// An error made elsewhere whose kind has no variant here (another member's status, or an
     /// apply result of such a kind): passed on with its gRPC code and message unchanged.
     #[error("{1}")]
@@ -108,6 +112,7 @@ impl ApiError {
             ApiError::Corrupt => K::Corrupt,
             ApiError::BadAlarmAction => K::BadAlarmAction,
             ApiError::Mvcc(e) => e.kind(),
+            ApiError::Auth(e) => e.kind(),
             ApiError::Remote(..) => K::Unspecified,
             ApiError::Unimplemented(_) => K::Unimplemented,
             ApiError::Internal(_) => K::Internal,
@@ -117,6 +122,9 @@ impl ApiError {
     /// The error of kind `kind`, for the kinds whose message is fixed.
     pub fn of_kind(kind: ErrorCode) -> Option<ApiError> {
         use ErrorCode as K;
+        if let Some(e) = AuthError::of_kind(kind) {
+            return Some(ApiError::Auth(e));
+        }
         if let Some(e) = MvccError::of_kind(kind) {
             return Some(ApiError::Mvcc(e));
         }
@@ -205,6 +213,23 @@ pub fn grpc_code(kind: ErrorCode) -> Code {
         | K::LeaderTransferTimeout
         | K::Internal => Code::Unavailable,
         K::Unimplemented => Code::Unimplemented,
+        K::UserEmpty
+        | K::RoleEmpty
+        | K::AuthFailed
+        | K::PermissionNotGiven
+        | K::InvalidAuthMgmt
+        | K::AuthOldRevision => Code::InvalidArgument,
+        K::RootUserNotExist
+        | K::RootRoleNotExist
+        | K::UserAlreadyExist
+        | K::UserNotFound
+        | K::RoleAlreadyExist
+        | K::RoleNotFound
+        | K::RoleNotGranted
+        | K::PermissionNotGranted
+        | K::AuthNotEnabled => Code::FailedPrecondition,
+        K::PermissionDenied => Code::PermissionDenied,
+        K::InvalidAuthToken => Code::Unauthenticated,
         K::NoLeaseId
         | K::InvalidSortOption
         | K::ReservedMetaKey
@@ -396,6 +421,91 @@ mod tests {
                 A::BadAlarmAction,
                 InvalidArgument,
                 "etcdserver: unknown alarm action",
+            ),
+            (
+                A::Auth(AuthError::RootUserNotExist),
+                FailedPrecondition,
+                "etcdserver: root user does not exist",
+            ),
+            (
+                A::Auth(AuthError::RootRoleNotExist),
+                FailedPrecondition,
+                "etcdserver: root user does not have root role",
+            ),
+            (
+                A::Auth(AuthError::UserAlreadyExist),
+                FailedPrecondition,
+                "etcdserver: user name already exists",
+            ),
+            (
+                A::Auth(AuthError::UserEmpty),
+                InvalidArgument,
+                "etcdserver: user name is empty",
+            ),
+            (
+                A::Auth(AuthError::UserNotFound),
+                FailedPrecondition,
+                "etcdserver: user name not found",
+            ),
+            (
+                A::Auth(AuthError::RoleAlreadyExist),
+                FailedPrecondition,
+                "etcdserver: role name already exists",
+            ),
+            (
+                A::Auth(AuthError::RoleNotFound),
+                FailedPrecondition,
+                "etcdserver: role name not found",
+            ),
+            (
+                A::Auth(AuthError::RoleEmpty),
+                InvalidArgument,
+                "etcdserver: role name is empty",
+            ),
+            (
+                A::Auth(AuthError::AuthFailed),
+                InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            (
+                A::Auth(AuthError::PermissionNotGiven),
+                InvalidArgument,
+                "etcdserver: permission not given",
+            ),
+            (
+                A::Auth(AuthError::PermissionDenied),
+                PermissionDenied,
+                "etcdserver: permission denied",
+            ),
+            (
+                A::Auth(AuthError::RoleNotGranted),
+                FailedPrecondition,
+                "etcdserver: role is not granted to the user",
+            ),
+            (
+                A::Auth(AuthError::PermissionNotGranted),
+                FailedPrecondition,
+                "etcdserver: permission is not granted to the role",
+            ),
+            (
+                A::Auth(AuthError::AuthNotEnabled),
+                FailedPrecondition,
+                "etcdserver: authentication is not enabled",
+            ),
+            (
+                A::Auth(AuthError::InvalidAuthToken),
+                Unauthenticated,
+                "etcdserver: invalid auth token",
+            ),
+            (
+                A::Auth(AuthError::InvalidAuthMgmt),
+                InvalidArgument,
+                "etcdserver: invalid auth management",
+            ),
+            (
+                A::Auth(AuthError::AuthOldRevision),
+                InvalidArgument,
+                "etcdserver: revision of auth store is old",
             ),
             (A::Remote(Aborted, "x".into()), Aborted, "x"),
             (A::Unimplemented("nope".into()), Unimplemented, "nope"),

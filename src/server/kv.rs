@@ -24,10 +24,24 @@ pub struct KvService {
 }
 
 impl KvService {
-    async fn write(&self, md: &tonic::metadata::MetadataMap, req: In) -> Result<Out, ApiError> {
+    /// Proposes a write as the caller: the apply checks their permissions (etcd checks
+    /// writes in its applier, against the auth revision the request was made at).
+    async fn write(
+        &self,
+        md: &tonic::metadata::MetadataMap,
+        ext: &http::Extensions,
+        req: In,
+    ) -> Result<Out, ApiError> {
         self.ctx.check_leader(md)?;
+        let ai = self.ctx.auth_info(md, ext).await?;
         self.ctx
-            .propose(InternalRequest { request: Some(req) })
+            .propose_as(
+                InternalRequest {
+                    request: Some(req),
+                    ..Default::default()
+                },
+                ai.as_ref(),
+            )
             .await
     }
 
@@ -40,10 +54,14 @@ impl KvService {
 impl Kv for KvService {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
+        let ai = self.ctx.auth_info(req.metadata(), req.extensions()).await?;
         let r = req.into_inner();
         if r.key.is_empty() {
             return Err(ApiError::Mvcc(mvcc::MvccError::EmptyKey).into());
         }
+        let auth = self.ctx.node.sm.auth();
+        auth.check_op(ai.as_ref(), &r.key, &r.range_end, false)
+            .map_err(ApiError::from)?;
         learner::refuse_linearizable_range(&self.ctx.node, r.serializable)?;
         if !r.serializable {
             self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
@@ -65,14 +83,14 @@ impl Kv for KvService {
     }
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
-        let (md, _, r) = req.into_parts();
+        let (md, ext, r) = req.into_parts();
         // Before validation, as etcd's quota layer wraps the KV server.
         let cost = super::quota::cost_put(&r);
         self.ctx.quota.check(&self.ctx.node, cost).await?;
         // Lease existence is checked when the put is applied: a check here could wrongly
         // refuse a lease granted through another member that this one has not applied yet.
         mvcc::check_put(&r).map_err(ApiError::from)?;
-        match self.write(&md, In::Put(r)).await? {
+        match self.write(&md, &ext, In::Put(r)).await? {
             Out::Put(mut p) => {
                 p.header = self.ctx.header(p.header.map_or(0, |h| h.revision));
                 Ok(Response::new(p))
@@ -85,11 +103,11 @@ impl Kv for KvService {
         &self,
         req: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
-        let (md, _, r) = req.into_parts();
+        let (md, ext, r) = req.into_parts();
         if r.key.is_empty() {
             return Err(ApiError::Mvcc(mvcc::MvccError::EmptyKey).into());
         }
-        match self.write(&md, In::DeleteRange(r)).await? {
+        match self.write(&md, &ext, In::DeleteRange(r)).await? {
             Out::DeleteRange(mut d) => {
                 d.header = self.ctx.header(d.header.map_or(0, |h| h.revision));
                 Ok(Response::new(d))
@@ -99,11 +117,11 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
-        let (md, _, r) = req.into_parts();
+        let (md, ext, r) = req.into_parts();
         let cost = super::quota::cost_txn(&r);
         self.ctx.quota.check(&self.ctx.node, cost).await?;
         mvcc::check_txn(&r, self.ctx.max_txn_ops).map_err(ApiError::from)?;
-        match self.write(&md, In::Txn(r)).await? {
+        match self.write(&md, &ext, In::Txn(r)).await? {
             Out::Txn(mut t) => {
                 t.header = self.ctx.header(t.header.map_or(0, |h| h.revision));
                 Ok(Response::new(t))
@@ -116,9 +134,9 @@ impl Kv for KvService {
         &self,
         req: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
-        let (md, _, r) = req.into_parts();
+        let (md, ext, r) = req.into_parts();
         let physical = r.physical.then_some(r.revision);
-        match self.write(&md, In::Compaction(r)).await? {
+        match self.write(&md, &ext, In::Compaction(r)).await? {
             Out::Compaction(mut c) => {
                 if let Some(rev) = physical {
                     // As etcd: answer once this member has deleted the compacted records.

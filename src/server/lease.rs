@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use crate::auth::AuthInfo;
 use crate::mvcc::MvccError;
 use crate::proto::etcdserverpb::lease_server::Lease;
 use crate::proto::etcdserverpb::{
@@ -152,10 +153,26 @@ pub struct LeaseService {
 }
 
 impl LeaseService {
-    async fn write(&self, req: In) -> Result<Out, ApiError> {
+    async fn write(&self, ai: Option<&AuthInfo>, req: In) -> Result<Out, ApiError> {
         self.ctx
-            .propose(InternalRequest { request: Some(req) })
+            .propose_as(
+                InternalRequest {
+                    request: Some(req),
+                    ..Default::default()
+                },
+                ai,
+            )
             .await
+    }
+
+    /// etcd's lease checks at the API layer (see `AuthStore::check_lease`).
+    fn check_lease(&self, ai: Option<&AuthInfo>, id: i64, write: bool) -> Result<(), ApiError> {
+        let auth = self.ctx.node.sm.auth();
+        if !auth.is_enabled() {
+            return Ok(());
+        }
+        let keys = self.ctx.node.sm.store().lease_keys(id)?;
+        Ok(auth.check_lease(ai, &keys, write)?)
     }
 }
 
@@ -171,6 +188,7 @@ impl Lease for LeaseService {
         let cost = super::quota::LEASE_OVERHEAD;
         self.ctx.quota.check(&self.ctx.node, cost).await?;
         self.ctx.check_leader(req.metadata())?;
+        let ai = self.ctx.auth_info(req.metadata(), req.extensions()).await?;
         let mut r = req.into_inner();
         if r.ttl > MAX_LEASE_TTL {
             return Err(ApiError::LeaseTtlTooLarge.into());
@@ -182,7 +200,7 @@ impl Lease for LeaseService {
                 // etcd's ids are positive int64s.
                 r.id = (rand::random::<i64>() & i64::MAX).max(1);
             }
-            match self.write(In::LeaseGrant(r)).await {
+            match self.write(ai.as_ref(), In::LeaseGrant(r)).await {
                 Ok(Out::LeaseGrant(mut g)) => {
                     g.header = self.ctx.header(self.ctx.current_revision());
                     return Ok(Response::new(g));
@@ -200,7 +218,10 @@ impl Lease for LeaseService {
         req: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
-        match self.write(In::LeaseRevoke(req.into_inner())).await? {
+        let ai = self.ctx.auth_info(req.metadata(), req.extensions()).await?;
+        let r = req.into_inner();
+        self.check_lease(ai.as_ref(), r.id, true)?;
+        match self.write(ai.as_ref(), In::LeaseRevoke(r)).await? {
             Out::LeaseRevoke(mut r) => {
                 r.header = self.ctx.header(self.ctx.current_revision());
                 Ok(Response::new(r))
@@ -239,7 +260,9 @@ impl Lease for LeaseService {
         req: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
+        let ai = self.ctx.auth_info(req.metadata(), req.extensions()).await?;
         let r = req.into_inner();
+        self.check_lease(ai.as_ref(), r.id, false)?;
         let node = &self.ctx.node;
         let mut resp = on_leader(
             node,
@@ -342,6 +365,7 @@ async fn revoke_expired(node: &RaftNode) {
         let n = ids.len();
         let req = InternalRequest {
             request: Some(In::LeaseRevokeMany(LeaseRevokeManyRequest { ids })),
+            ..Default::default()
         };
         match node.propose(req).await {
             Ok(_) => {

@@ -216,9 +216,22 @@ impl LocalClient {
         self.ctx.header(h.map_or(0, |h| h.revision))
     }
 
+    /// The recipes do not carry the caller's identity yet: with auth enabled they act as an
+    /// anonymous user, which etcd refuses (`user name is empty`), rather than as the server.
+    fn refuse_if_auth(&self) -> Result<(), ApiError> {
+        if self.ctx.node.sm.auth().is_enabled() {
+            return Err(crate::auth::AuthError::UserEmpty.into());
+        }
+        Ok(())
+    }
+
     async fn write(&self, req: In) -> Result<Out, ApiError> {
+        self.refuse_if_auth()?;
         self.ctx
-            .propose(InternalRequest { request: Some(req) })
+            .propose(InternalRequest {
+                request: Some(req),
+                ..Default::default()
+            })
             .await
     }
 
@@ -244,6 +257,7 @@ impl LocalClient {
             return Err(MvccError::EmptyKey.into());
         }
         mvcc::check_range(&r)?;
+        self.refuse_if_auth()?;
         self.ctx.node.read_barrier().await?;
         let mut resp = self.ctx.node.sm.range(&r).await?;
         resp.header = self.header(resp.header);
@@ -303,6 +317,7 @@ impl LocalClient {
         range_end: &[u8],
         from: &mut i64,
     ) -> Result<Vec<Event>, ApiError> {
+        self.refuse_if_auth()?;
         let sm = &self.ctx.node.sm;
         let rev = |e: &Event| e.kv.as_ref().map_or(0, |kv| kv.mod_revision);
         let wanted = |e: &Event| {

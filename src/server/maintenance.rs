@@ -37,13 +37,20 @@ pub(crate) fn dir_size(p: &std::path::Path) -> u64 {
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, r: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        // etcd's authMaintenanceServer: listing needs a user, changing needs an admin.
+        if r.get_ref().action == alarm_request::AlarmAction::Get as i32 {
+            self.ctx.check_user(r.metadata(), r.extensions()).await?;
+        } else {
+            self.ctx.check_admin(r.metadata(), r.extensions()).await?;
+        }
         let mut resp = super::alarms::alarm(&self.ctx, r.into_inner()).await?;
         // etcd 3.4 answers without a header; 3.5 (the version kvd reports) fills it.
         resp.header = self.ctx.header(self.ctx.current_revision());
         Ok(Response::new(resp))
     }
 
-    async fn status(&self, _r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(&self, r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let node = &self.ctx.node;
         let m = node.raft.metrics().borrow_watched().clone();
         let db_size = dir_size(&node.sm.db_dir()) as i64;
@@ -83,8 +90,9 @@ impl Maintenance for MaintenanceService {
 
     async fn defragment(
         &self,
-        _r: Request<DefragmentRequest>,
+        r: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
+        self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         Ok(Response::new(
             super::defrag::defragment(&self.ctx.node).await?,
         ))
@@ -92,7 +100,8 @@ impl Maintenance for MaintenanceService {
 
     /// kvd's own checksum of the whole state machine (not comparable with etcd's bbolt hash;
     /// see `mvcc::hash`).
-    async fn hash(&self, _r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+    async fn hash(&self, r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let store = self.ctx.node.sm.store().clone();
         let (hash, rev) = tokio::task::spawn_blocking(move || store.hash_all())
             .await
@@ -107,6 +116,7 @@ impl Maintenance for MaintenanceService {
     /// etcd's HashKV (see `mvcc::hash`), answered from this member's applied state as etcd
     /// answers it (no read index).
     async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let rev = r.into_inner().revision;
         let store = self.ctx.node.sm.store().clone();
         let h = tokio::task::spawn_blocking(move || store.hash_kv(rev))
@@ -125,8 +135,9 @@ impl Maintenance for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _r: Request<SnapshotRequest>,
+        r: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
+        self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let ctx = self.ctx.clone();
         let stream = super::backup::stream::snapshot(
             self.ctx.node.sm.clone(),
@@ -141,6 +152,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
+        self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         self.ctx
             .reconfig
             .move_leader(r.into_inner().target_id)

@@ -11,6 +11,7 @@
 //! ```
 
 pub mod alarms;
+pub mod auth;
 pub mod backup;
 pub mod client_cert;
 pub mod cluster;

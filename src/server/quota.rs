@@ -119,6 +119,7 @@ impl Quota {
                     member_id: node.id,
                     alarm: AlarmType::Nospace as i32,
                 })),
+                ..Default::default()
             };
             // As etcd, the refusal does not depend on the alarm's proposal succeeding.
             if let Err(e) = node.propose(req).await {

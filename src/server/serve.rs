@@ -24,6 +24,7 @@ use super::{
     cluster, compactor, election, gateway, kv, leader_duties, lease, local_client, lock,
     maintenance, membership, observe, oversize, watches,
 };
+use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::lease_server::LeaseServer;
@@ -125,7 +126,9 @@ pub fn serve(
             let sm = node.sm.clone();
             move || sm.db_dir()
         })),
+        passwords: Arc::new(super::auth::Passwords::new(cfg.auth.bcrypt_cost)),
     };
+    node.sm.auth().tokens.set_ttl(cfg.auth.token_ttl);
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
@@ -254,6 +257,11 @@ fn client_services(
                 .max_encoding_message_size(usize::MAX),
             node.clone(),
         ),
+        auth: LearnerGuard::new(
+            AuthServer::new(super::auth::AuthService { ctx: ctx.clone() })
+                .max_decoding_message_size(max_msg),
+            node.clone(),
+        ),
     }
 }
 
@@ -268,6 +276,7 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         .add_service(services.maintenance.clone())
         .add_service(services.lock.clone())
         .add_service(services.election.clone())
+        .add_service(services.auth.clone())
         .into_axum_router()
         .layer(tower::layer::layer_fn(move |s| {
             oversize::EtcdSizeError::new(s, max_msg)
@@ -309,6 +318,7 @@ async fn publish(node: RaftNode, name: String, client_urls: Vec<String>) {
             name,
             client_urls,
         })),
+        ..Default::default()
     };
     loop {
         match node.propose(req.clone()).await {

@@ -111,6 +111,8 @@ impl Watch for WatchService {
         let (frontier, batches) = hub.subscribe().ok_or(ApiError::Stopped)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let stream = WatchStream {
+            md: req.metadata().clone(),
+            ext: req.extensions().clone(),
             ctx: self.ctx.clone(),
             hub,
             tx,
@@ -127,6 +129,10 @@ impl Watch for WatchService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
+
+/// etcd's cancel reason of a watch refused by auth: `rpctypes.ErrGRPCPermissionDenied.Error()`.
+const PERMISSION_DENIED_REASON: &str =
+    "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
 
 struct Watcher {
     key: Vec<u8>,
@@ -176,6 +182,9 @@ fn rev_of(e: &Event) -> i64 {
 struct Gone;
 
 struct WatchStream {
+    /// The stream's credentials (token, client certificate), for each create's auth check.
+    md: tonic::metadata::MetadataMap,
+    ext: http::Extensions,
     ctx: ServerCtx,
     hub: Arc<Hub>,
     tx: mpsc::Sender<Result<WatchResponse, Status>>,
@@ -406,6 +415,23 @@ impl WatchStream {
         // etcd: an empty key means the smallest key, "\0".
         let key = if c.key.is_empty() { vec![0] } else { c.key };
         let from_key = c.range_end == [0];
+        // etcd's isWatchPermitted: read on the whole range; a refusal (or a bad token) cancels
+        // the watch with the full status text of permission denied, under the requested id.
+        let permitted = match self.ctx.auth_info(&self.md, &self.ext).await {
+            Ok(ai) => {
+                let ai = ai.unwrap_or_default();
+                let auth = self.ctx.node.sm.auth();
+                auth.check_op(Some(&ai), &key, &c.range_end, false).is_ok()
+            }
+            Err(_) => false,
+        };
+        if !permitted {
+            let mut r = self.response(cur, c.watch_id);
+            r.created = true;
+            r.canceled = true;
+            r.cancel_reason = PERMISSION_DENIED_REASON.into();
+            return self.send(r).await;
+        }
         let refused = if !c.range_end.is_empty() && !from_key && key >= c.range_end {
             Some(EMPTY_RANGE)
         } else if c.watch_id != 0 && self.watchers.contains_key(&c.watch_id) {

@@ -27,9 +27,16 @@ use tonic::{Code, Status, Streaming};
 use super::json;
 
 /// grpc-gateway forwards `Grpc-Metadata-<name>` headers as gRPC metadata `<name>` (e.g.
-/// `Grpc-Metadata-hasleader: true` asks for etcd's require-leader mode).
+/// `Grpc-Metadata-hasleader: true` asks for etcd's require-leader mode), and `Authorization`
+/// as `authorization` (where etcd looks for a gateway client's auth token).
 fn request_with_metadata<T>(headers: &HeaderMap, msg: T) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
+    if let Some(v) = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| MetadataValue::try_from(v.as_bytes()).ok())
+    {
+        req.metadata_mut().insert("authorization", v);
+    }
     for (name, value) in headers {
         let Some(md) = name.as_str().strip_prefix("grpc-metadata-") else {
             continue;

@@ -27,6 +27,7 @@ use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
 use futures::StreamExt;
 
+use super::auth::AuthService;
 use super::cluster::ClusterService;
 use super::election::ElectionService;
 use super::kv::KvService;
@@ -36,6 +37,8 @@ use super::lock::LockService;
 use super::maintenance::{MaintenanceService, ETCD_VERSION};
 use super::oversize::EtcdSizeError;
 use super::watches::WatchService;
+use crate::proto::etcdserverpb::auth_client::AuthClient;
+use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_client::KvClient;
@@ -62,6 +65,7 @@ pub struct Services {
     pub maintenance: LearnerGuard<MaintenanceServer<MaintenanceService>>,
     pub lock: LearnerGuard<LockServer<LockService>>,
     pub election: LearnerGuard<ElectionServer<ElectionService>>,
+    pub auth: LearnerGuard<AuthServer<AuthService>>,
     /// The servers' message limit, for etcd's status when a request is above it.
     pub max_msg: usize,
 }
@@ -92,6 +96,9 @@ impl Services {
     }
     fn maintenance(&self) -> MaintenanceClient<InProcess<MaintenanceServer<MaintenanceService>>> {
         MaintenanceClient::new(self.sized(&self.maintenance)).max_decoding_message_size(usize::MAX)
+    }
+    fn auth(&self) -> AuthClient<InProcess<AuthServer<AuthService>>> {
+        AuthClient::new(self.sized(&self.auth))
     }
     fn lock(&self) -> LockClient<InProcess<LockServer<LockService>>> {
         LockClient::new(self.sized(&self.lock)).max_decoding_message_size(usize::MAX)
@@ -204,6 +211,23 @@ fn calls() -> Vec<(&'static str, Route)> {
             "/maintenance/transfer-leadership",
             unary!(maintenance, move_leader),
         ),
+        ("/auth/enable", unary!(auth, auth_enable)),
+        ("/auth/disable", unary!(auth, auth_disable)),
+        ("/auth/status", unary!(auth, auth_status)),
+        ("/auth/authenticate", unary!(auth, authenticate)),
+        ("/auth/user/add", unary!(auth, user_add)),
+        ("/auth/user/get", unary!(auth, user_get)),
+        ("/auth/user/list", unary!(auth, user_list)),
+        ("/auth/user/delete", unary!(auth, user_delete)),
+        ("/auth/user/changepw", unary!(auth, user_change_password)),
+        ("/auth/user/grant", unary!(auth, user_grant_role)),
+        ("/auth/user/revoke", unary!(auth, user_revoke_role)),
+        ("/auth/role/add", unary!(auth, role_add)),
+        ("/auth/role/get", unary!(auth, role_get)),
+        ("/auth/role/list", unary!(auth, role_list)),
+        ("/auth/role/delete", unary!(auth, role_delete)),
+        ("/auth/role/grant", unary!(auth, role_grant_permission)),
+        ("/auth/role/revoke", unary!(auth, role_revoke_permission)),
         // v3lock.proto's and v3election.proto's bindings.
         ("/lock/lock", unary!(lock, lock)),
         ("/lock/unlock", unary!(lock, unlock)),

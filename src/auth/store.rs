@@ -1,0 +1,734 @@
+//! The replicated auth store (etcd's auth/store.go): enabled flag, users, roles and the auth
+//! revision, changed only by applied `AuthRequest` entries.
+//!
+//! Invariants:
+//! - Every piece of auth state is a state-machine meta key (`auth/enabled`, `auth/revision`,
+//!   `auth/user/<name>`, `auth/role/<name>`, values prost-encoded `authpb` messages) written in
+//!   the same batch as the entry that changed it, so auth survives restarts and travels in
+//!   snapshots; the in-memory copy is reloaded from them at open and after a snapshot load.
+//! - The revision starts at 1 and grows by one with every change, so a permission read at an
+//!   older revision is detectably stale (a write proposed before a revoke is refused).
+//! - Users hold bcrypt hashes only; no clear password is ever stored, logged or proposed.
+//! - The permission cache holds entries for the current revision only: every change clears it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use prost::Message;
+
+use super::error::AuthError;
+use super::perms::{same_range, UserPerms};
+use super::token::SimpleTokens;
+use crate::proto::authpb::{Permission, Role, User, UserAddOptions};
+use crate::proto::etcdserverpb::{request_op, RequestOp, TxnRequest};
+use crate::proto::kvdpb::{auth_request, internal_request, AuthRequest, InternalRequest};
+
+/// Meta key prefix of all auth state.
+pub const META_AUTH_PREFIX: &str = "auth/";
+const META_ENABLED: &str = "auth/enabled";
+const META_REVISION: &str = "auth/revision";
+const META_USER: &str = "auth/user/";
+const META_ROLE: &str = "auth/role/";
+
+pub const ROOT: &str = "root";
+
+/// A meta write: the key and its value, `None` to delete.
+pub type MetaWrite = (Vec<u8>, Option<Vec<u8>>);
+
+/// Who a request comes from, as etcd's AuthInfo: the user and the auth revision their token
+/// was checked at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthInfo {
+    pub username: String,
+    pub revision: u64,
+}
+
+#[derive(Default)]
+struct State {
+    enabled: bool,
+    revision: u64,
+    users: BTreeMap<String, User>,
+    roles: BTreeMap<String, Role>,
+}
+
+/// etcd's auth store for one member.
+pub struct AuthStore {
+    state: RwLock<State>,
+    /// Per-user merged permissions at the current revision.
+    cache: Mutex<HashMap<String, Arc<UserPerms>>>,
+    /// Simple tokens assigned by applied Authenticate entries (in memory, as etcd's).
+    pub tokens: SimpleTokens,
+}
+
+impl Default for AuthStore {
+    fn default() -> Self {
+        AuthStore {
+            state: RwLock::new(State {
+                revision: 1,
+                ..Default::default()
+            }),
+            cache: Mutex::default(),
+            tokens: SimpleTokens::default(),
+        }
+    }
+}
+
+fn user_key(name: &str) -> Vec<u8> {
+    format!("{META_USER}{name}").into_bytes()
+}
+
+fn role_key(name: &str) -> Vec<u8> {
+    format!("{META_ROLE}{name}").into_bytes()
+}
+
+impl AuthStore {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the state with the one stored under `entries` (the `auth/` meta keys).
+    pub fn load(&self, entries: &[(Vec<u8>, Vec<u8>)]) {
+        let mut s = State {
+            revision: 1,
+            ..Default::default()
+        };
+        for (k, v) in entries {
+            let k = String::from_utf8_lossy(k);
+            if k == META_ENABLED {
+                s.enabled = v.first() == Some(&1);
+            } else if k == META_REVISION {
+                if let Ok(b) = <[u8; 8]>::try_from(v.as_slice()) {
+                    s.revision = u64::from_be_bytes(b);
+                }
+            } else if let Some(name) = k.strip_prefix(META_USER) {
+                if let Ok(u) = User::decode(v.as_slice()) {
+                    s.users.insert(name.to_string(), u);
+                }
+            } else if let Some(name) = k.strip_prefix(META_ROLE) {
+                if let Ok(r) = Role::decode(v.as_slice()) {
+                    s.roles.insert(name.to_string(), r);
+                }
+            }
+        }
+        let enabled = s.enabled;
+        *self.write() = s;
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        if !enabled {
+            self.tokens.clear();
+        }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.read().enabled
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.read().revision
+    }
+
+    /// etcd's CheckPassword before the bcrypt compare: the stored hash of `name`'s password
+    /// and the revision, or why no password can match.
+    pub fn password_hash(&self, name: &str) -> Result<(Vec<u8>, u64), AuthError> {
+        let s = self.read();
+        if !s.enabled {
+            return Err(AuthError::AuthNotEnabled);
+        }
+        let u = s.users.get(name).ok_or(AuthError::AuthFailed)?;
+        if u.options.as_ref().is_some_and(|o| o.no_password) {
+            return Err(AuthError::AuthFailed);
+        }
+        Ok((u.password.clone(), s.revision))
+    }
+
+    /// Whether `name` is a user (the CN of a client certificate must name one).
+    pub fn user_exists(&self, name: &str) -> bool {
+        self.read().users.contains_key(name)
+    }
+
+    pub fn user_get(&self, name: &str) -> Result<Vec<String>, AuthError> {
+        let s = self.read();
+        let u = s.users.get(name).ok_or(AuthError::UserNotFound)?;
+        Ok(u.roles.clone())
+    }
+
+    pub fn user_list(&self) -> Vec<String> {
+        self.read().users.keys().cloned().collect()
+    }
+
+    pub fn role_get(&self, name: &str) -> Result<Vec<Permission>, AuthError> {
+        let s = self.read();
+        let r = s.roles.get(name).ok_or(AuthError::RoleNotFound)?;
+        Ok(r.key_permission.clone())
+    }
+
+    pub fn role_list(&self) -> Vec<String> {
+        self.read().roles.keys().cloned().collect()
+    }
+
+    /// etcd's IsAdminPermitted: with auth enabled, only a user with the root role.
+    pub fn check_admin(&self, ai: Option<&AuthInfo>) -> Result<(), AuthError> {
+        let s = self.read();
+        if !s.enabled {
+            return Ok(());
+        }
+        let name = match ai {
+            Some(ai) if !ai.username.is_empty() => &ai.username,
+            _ => return Err(AuthError::UserEmpty),
+        };
+        let u = s.users.get(name).ok_or(AuthError::UserNotFound)?;
+        if !has_root_role(u) {
+            return Err(AuthError::PermissionDenied);
+        }
+        Ok(())
+    }
+
+    /// etcd's isOpPermitted: whether `ai` may read (or write) `[key, range_end)`.
+    pub fn check_op(
+        &self,
+        ai: Option<&AuthInfo>,
+        key: &[u8],
+        range_end: &[u8],
+        write: bool,
+    ) -> Result<(), AuthError> {
+        let s = self.read();
+        if !s.enabled {
+            return Ok(());
+        }
+        let ai = match ai {
+            Some(ai) if ai.revision != 0 => ai,
+            _ => return Err(AuthError::UserEmpty),
+        };
+        if ai.revision < s.revision {
+            return Err(AuthError::AuthOldRevision);
+        }
+        let Some(u) = s.users.get(&ai.username) else {
+            return Err(AuthError::PermissionDenied);
+        };
+        if has_root_role(u) {
+            return Ok(());
+        }
+        let perms = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache
+                .entry(ai.username.clone())
+                .or_insert_with(|| {
+                    Arc::new(UserPerms::of_roles(
+                        u.roles.iter().filter_map(|r| s.roles.get(r)),
+                    ))
+                })
+                .clone()
+        };
+        if perms.permits(key, range_end, write) {
+            Ok(())
+        } else {
+            Err(AuthError::PermissionDenied)
+        }
+    }
+
+    /// etcd's lease checks (checkLeaseRevoke, checkLeaseTimeToLive): a user, and unless an
+    /// admin, write (revoke) or read (time to live) on every key attached to the lease.
+    pub fn check_lease(
+        &self,
+        ai: Option<&AuthInfo>,
+        keys: &[Vec<u8>],
+        write: bool,
+    ) -> Result<(), AuthError> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        let Some(ai) = ai else {
+            return Err(AuthError::UserEmpty);
+        };
+        if self.check_admin(Some(ai)).is_ok() {
+            return Ok(());
+        }
+        for k in keys {
+            self.check_op(Some(ai), k, &[], write)?;
+        }
+        Ok(())
+    }
+
+    /// etcd's checkTxnAuth: read on every compared key, and every op of both branches.
+    pub fn check_txn(&self, ai: Option<&AuthInfo>, t: &TxnRequest) -> Result<(), AuthError> {
+        for c in &t.compare {
+            self.check_op(ai, &c.key, &c.range_end, false)?;
+        }
+        self.check_ops(ai, &t.success)?;
+        self.check_ops(ai, &t.failure)
+    }
+
+    fn check_ops(&self, ai: Option<&AuthInfo>, ops: &[RequestOp]) -> Result<(), AuthError> {
+        use request_op::Request as Op;
+        for op in ops {
+            match &op.request {
+                Some(Op::RequestRange(r)) => self.check_op(ai, &r.key, &r.range_end, false)?,
+                Some(Op::RequestPut(p)) => {
+                    self.check_op(ai, &p.key, &[], true)?;
+                    if p.prev_kv {
+                        self.check_op(ai, &p.key, &[], false)?;
+                    }
+                }
+                Some(Op::RequestDeleteRange(d)) => {
+                    if d.prev_kv {
+                        self.check_op(ai, &d.key, &d.range_end, false)?;
+                    }
+                    self.check_op(ai, &d.key, &d.range_end, true)?;
+                }
+                Some(Op::RequestTxn(t)) => self.check_txn(ai, t)?,
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The apply-time check of a client write (etcd's authApplierV3), with the proposer's
+    /// identity from the entry. `lease_keys` lists the keys attached to a lease. Server-made
+    /// entries (lease expiry, compaction, alarms, publish) are not checked.
+    pub fn check_entry(
+        &self,
+        req: &InternalRequest,
+        lease_keys: impl Fn(i64) -> Vec<Vec<u8>>,
+    ) -> Result<(), AuthError> {
+        use internal_request::Request as R;
+        let ai = AuthInfo {
+            username: req.username.clone(),
+            revision: req.auth_revision,
+        };
+        let ai = Some(&ai);
+        match &req.request {
+            Some(R::Put(p)) => {
+                self.check_op(ai, &p.key, &[], true)?;
+                if p.prev_kv {
+                    self.check_op(ai, &p.key, &[], false)?;
+                }
+                Ok(())
+            }
+            Some(R::DeleteRange(d)) => {
+                if d.prev_kv {
+                    self.check_op(ai, &d.key, &d.range_end, false)?;
+                }
+                self.check_op(ai, &d.key, &d.range_end, true)
+            }
+            Some(R::Txn(t)) => self.check_txn(ai, t),
+            Some(R::LeaseRevoke(r)) => {
+                if !self.is_enabled() {
+                    return Ok(());
+                }
+                for k in lease_keys(r.id) {
+                    self.check_op(ai, &k, &[], true)?;
+                }
+                Ok(())
+            }
+            Some(R::Auth(a)) => match &a.request {
+                Some(auth_request::Request::Authenticate(_)) | None => Ok(()),
+                Some(_) => self.check_admin(ai),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies an auth change at log `index`: etcd's result, and the meta writes.
+    /// An applied Authenticate answers the token it assigned.
+    pub fn apply(
+        &self,
+        req: &AuthRequest,
+        index: u64,
+    ) -> (Result<Option<String>, AuthError>, Vec<MetaWrite>) {
+        use auth_request::Request as A;
+        let mut s = self.write();
+        let mut w = Vec::new();
+        let mut token = None;
+        let r = (|| -> Result<bool, AuthError> {
+            match req.request.as_ref() {
+                None => Ok(false),
+                Some(A::Enable(_)) => {
+                    if s.enabled {
+                        return Ok(false);
+                    }
+                    let root = s.users.get(ROOT).ok_or(AuthError::RootUserNotExist)?;
+                    if !has_root_role(root) {
+                        return Err(AuthError::RootRoleNotExist);
+                    }
+                    s.enabled = true;
+                    w.push((META_ENABLED.into(), Some(vec![1])));
+                    tracing::info!("enabled authentication");
+                    Ok(true)
+                }
+                Some(A::Disable(_)) => {
+                    if !s.enabled {
+                        return Ok(false);
+                    }
+                    s.enabled = false;
+                    self.tokens.clear();
+                    w.push((META_ENABLED.into(), Some(vec![0])));
+                    tracing::info!("disabled authentication");
+                    Ok(true)
+                }
+                Some(A::Authenticate(a)) => {
+                    if !s.enabled {
+                        return Err(AuthError::AuthNotEnabled);
+                    }
+                    if !s.users.contains_key(&a.name) {
+                        return Err(AuthError::AuthFailed);
+                    }
+                    if !a.simple_token.is_empty() {
+                        let t = format!("{}.{index}", a.simple_token);
+                        self.tokens.assign(t.clone(), a.name.clone());
+                        token = Some(t);
+                    }
+                    Ok(false)
+                }
+                Some(A::UserAdd(u)) => {
+                    if u.name.is_empty() {
+                        return Err(AuthError::UserEmpty);
+                    }
+                    if s.users.contains_key(&u.name) {
+                        return Err(AuthError::UserAlreadyExist);
+                    }
+                    let user = User {
+                        name: u.name.clone().into_bytes(),
+                        password: u.hashed_password.clone().into_bytes(),
+                        roles: Vec::new(),
+                        options: Some(u.options.unwrap_or(UserAddOptions { no_password: false })),
+                    };
+                    w.push((user_key(&u.name), Some(user.encode_to_vec())));
+                    s.users.insert(u.name.clone(), user);
+                    tracing::info!(user = %u.name, "added a user");
+                    Ok(true)
+                }
+                Some(A::UserDelete(u)) => {
+                    if s.enabled && u.name == ROOT {
+                        return Err(AuthError::InvalidAuthMgmt);
+                    }
+                    s.users.remove(&u.name).ok_or(AuthError::UserNotFound)?;
+                    w.push((user_key(&u.name), None));
+                    self.tokens.invalidate_user(&u.name);
+                    tracing::info!(user = %u.name, "deleted a user");
+                    Ok(true)
+                }
+                Some(A::UserChangePassword(u)) => {
+                    let user = s.users.get_mut(&u.name).ok_or(AuthError::UserNotFound)?;
+                    user.password = u.hashed_password.clone().into_bytes();
+                    w.push((user_key(&u.name), Some(user.encode_to_vec())));
+                    self.tokens.invalidate_user(&u.name);
+                    tracing::info!(user = %u.name, "changed a password of a user");
+                    Ok(true)
+                }
+                Some(A::UserGrantRole(g)) => {
+                    if !s.users.contains_key(&g.user) {
+                        return Err(AuthError::UserNotFound);
+                    }
+                    if g.role != ROOT && !s.roles.contains_key(&g.role) {
+                        return Err(AuthError::RoleNotFound);
+                    }
+                    let user = s.users.get_mut(&g.user).expect("checked above");
+                    let Err(i) = user.roles.binary_search(&g.role) else {
+                        return Ok(false);
+                    };
+                    user.roles.insert(i, g.role.clone());
+                    w.push((user_key(&g.user), Some(user.encode_to_vec())));
+                    Ok(true)
+                }
+                Some(A::UserRevokeRole(g)) => {
+                    if s.enabled && g.name == ROOT && g.role == ROOT {
+                        return Err(AuthError::InvalidAuthMgmt);
+                    }
+                    let user = s.users.get_mut(&g.name).ok_or(AuthError::UserNotFound)?;
+                    let i = user
+                        .roles
+                        .iter()
+                        .position(|r| *r == g.role)
+                        .ok_or(AuthError::RoleNotGranted)?;
+                    user.roles.remove(i);
+                    w.push((user_key(&g.name), Some(user.encode_to_vec())));
+                    Ok(true)
+                }
+                Some(A::RoleAdd(r)) => {
+                    if r.name.is_empty() {
+                        return Err(AuthError::RoleEmpty);
+                    }
+                    if s.roles.contains_key(&r.name) {
+                        return Err(AuthError::RoleAlreadyExist);
+                    }
+                    let role = Role {
+                        name: r.name.clone().into_bytes(),
+                        key_permission: Vec::new(),
+                    };
+                    w.push((role_key(&r.name), Some(role.encode_to_vec())));
+                    s.roles.insert(r.name.clone(), role);
+                    Ok(true)
+                }
+                Some(A::RoleDelete(r)) => {
+                    if s.enabled && r.role == ROOT {
+                        return Err(AuthError::InvalidAuthMgmt);
+                    }
+                    s.roles.remove(&r.role).ok_or(AuthError::RoleNotFound)?;
+                    w.push((role_key(&r.role), None));
+                    for (name, u) in s.users.iter_mut() {
+                        if let Some(i) = u.roles.iter().position(|x| *x == r.role) {
+                            u.roles.remove(i);
+                            w.push((user_key(name), Some(u.encode_to_vec())));
+                        }
+                    }
+                    Ok(true)
+                }
+                Some(A::RoleGrantPermission(g)) => {
+                    let perm = g.perm.as_ref().ok_or(AuthError::PermissionNotGiven)?;
+                    let role = s.roles.get_mut(&g.name).ok_or(AuthError::RoleNotFound)?;
+                    match role
+                        .key_permission
+                        .iter_mut()
+                        .find(|p| same_range(p, &perm.key, &perm.range_end))
+                    {
+                        Some(p) => p.perm_type = perm.perm_type,
+                        None => {
+                            role.key_permission.push(perm.clone());
+                            role.key_permission.sort_by(|a, b| a.key.cmp(&b.key));
+                        }
+                    }
+                    w.push((role_key(&g.name), Some(role.encode_to_vec())));
+                    Ok(true)
+                }
+                Some(A::RoleRevokePermission(g)) => {
+                    let role = s.roles.get_mut(&g.role).ok_or(AuthError::RoleNotFound)?;
+                    let i = role
+                        .key_permission
+                        .iter()
+                        .position(|p| same_range(p, &g.key, &g.range_end))
+                        .ok_or(AuthError::PermissionNotGranted)?;
+                    role.key_permission.remove(i);
+                    w.push((role_key(&g.role), Some(role.encode_to_vec())));
+                    Ok(true)
+                }
+            }
+        })();
+        match r {
+            Ok(changed) => {
+                if changed {
+                    s.revision += 1;
+                    w.push((
+                        META_REVISION.into(),
+                        Some(s.revision.to_be_bytes().to_vec()),
+                    ));
+                    self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                }
+                (Ok(token), w)
+            }
+            Err(e) => (Err(e), Vec::new()),
+        }
+    }
+}
+
+fn has_root_role(u: &User) -> bool {
+    u.roles.iter().any(|r| r == ROOT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::authpb::permission::Type as PermType;
+    use crate::proto::etcdserverpb::*;
+    use auth_request::Request as A;
+
+    fn apply(s: &AuthStore, r: A) -> Result<(), AuthError> {
+        s.apply(&AuthRequest { request: Some(r) }, 7).0.map(|_| ())
+    }
+
+    /// root (root role), u with read on `foo/` prefix and readwrite on `k`; auth enabled.
+    fn store() -> AuthStore {
+        let s = AuthStore::default();
+        for name in ["root", "u"] {
+            apply(
+                &s,
+                A::UserAdd(AuthUserAddRequest {
+                    name: name.into(),
+                    hashed_password: "h".into(),
+                    ..Default::default()
+                }),
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            apply(&s, A::Enable(AuthEnableRequest {})),
+            Err(AuthError::RootRoleNotExist)
+        );
+        let grant = |user: &str, role: &str| {
+            A::UserGrantRole(AuthUserGrantRoleRequest {
+                user: user.into(),
+                role: role.into(),
+            })
+        };
+        apply(&s, grant("root", "root")).unwrap();
+        apply(&s, A::RoleAdd(AuthRoleAddRequest { name: "r".into() })).unwrap();
+        for (t, k, e) in [
+            (PermType::Read, "foo/", "foo0"),
+            (PermType::Readwrite, "k", ""),
+        ] {
+            apply(
+                &s,
+                A::RoleGrantPermission(AuthRoleGrantPermissionRequest {
+                    name: "r".into(),
+                    perm: Some(Permission {
+                        perm_type: t as i32,
+                        key: k.into(),
+                        range_end: e.into(),
+                    }),
+                }),
+            )
+            .unwrap();
+        }
+        apply(&s, grant("u", "r")).unwrap();
+        apply(&s, A::Enable(AuthEnableRequest {})).unwrap();
+        s
+    }
+
+    fn op(r: request_op::Request) -> RequestOp {
+        RequestOp { request: Some(r) }
+    }
+
+    #[test]
+    fn txn_needs_every_compare_and_op_in_both_branches() {
+        let s = store();
+        let ai = AuthInfo {
+            username: "u".into(),
+            revision: s.revision(),
+        };
+        let get = |k: &str| {
+            op(request_op::Request::RequestRange(RangeRequest {
+                key: k.into(),
+                ..Default::default()
+            }))
+        };
+        let put = |k: &str| {
+            op(request_op::Request::RequestPut(PutRequest {
+                key: k.into(),
+                ..Default::default()
+            }))
+        };
+        let txn = |cmp: &str, success: Vec<RequestOp>, failure: Vec<RequestOp>| TxnRequest {
+            compare: vec![Compare {
+                key: cmp.into(),
+                ..Default::default()
+            }],
+            success,
+            failure,
+        };
+        let ok = txn("foo/a", vec![get("foo/b")], vec![put("k")]);
+        assert_eq!(s.check_txn(Some(&ai), &ok), Ok(()));
+        let bad_cmp = txn("bar", vec![], vec![]);
+        assert_eq!(
+            s.check_txn(Some(&ai), &bad_cmp),
+            Err(AuthError::PermissionDenied)
+        );
+        let bad_failure = txn("foo/a", vec![get("foo/b")], vec![put("foo/b")]);
+        assert_eq!(
+            s.check_txn(Some(&ai), &bad_failure),
+            Err(AuthError::PermissionDenied)
+        );
+        let nested = txn(
+            "k",
+            vec![op(request_op::Request::RequestTxn(txn(
+                "k",
+                vec![],
+                vec![get("x")],
+            )))],
+            vec![],
+        );
+        assert_eq!(
+            s.check_txn(Some(&ai), &nested),
+            Err(AuthError::PermissionDenied)
+        );
+        // Anonymous, then a stale revision.
+        assert_eq!(s.check_txn(None, &ok), Err(AuthError::UserEmpty));
+        let stale = AuthInfo {
+            revision: ai.revision - 1,
+            ..ai.clone()
+        };
+        assert_eq!(
+            s.check_txn(Some(&stale), &ok),
+            Err(AuthError::AuthOldRevision)
+        );
+        // root may do anything.
+        let root = AuthInfo {
+            username: "root".into(),
+            revision: s.revision(),
+        };
+        assert_eq!(s.check_txn(Some(&root), &bad_failure), Ok(()));
+    }
+
+    #[test]
+    fn changes_bump_the_revision_and_drop_cached_permissions() {
+        let s = store();
+        let ai = |s: &AuthStore| AuthInfo {
+            username: "u".into(),
+            revision: s.revision(),
+        };
+        assert_eq!(s.check_op(Some(&ai(&s)), b"foo/x", b"", false), Ok(()));
+        let rev = s.revision();
+        apply(
+            &s,
+            A::UserRevokeRole(AuthUserRevokeRoleRequest {
+                name: "u".into(),
+                role: "r".into(),
+            }),
+        )
+        .unwrap();
+        assert_eq!(s.revision(), rev + 1);
+        assert_eq!(
+            s.check_op(Some(&ai(&s)), b"foo/x", b"", false),
+            Err(AuthError::PermissionDenied)
+        );
+        // A refused change changes nothing.
+        let (r, w) = s.apply(
+            &AuthRequest {
+                request: Some(A::UserDelete(AuthUserDeleteRequest {
+                    name: "root".into(),
+                })),
+            },
+            8,
+        );
+        assert_eq!(
+            (r, w.len(), s.revision()),
+            (Err(AuthError::InvalidAuthMgmt), 0, rev + 1)
+        );
+    }
+
+    #[test]
+    fn state_round_trips_through_its_meta_keys() {
+        let s = AuthStore::default();
+        let mut meta = std::collections::BTreeMap::new();
+        let mut run = |r: A| {
+            let (res, w) = s.apply(&AuthRequest { request: Some(r) }, 1);
+            res.unwrap();
+            for (k, v) in w {
+                match v {
+                    Some(v) => meta.insert(k, v),
+                    None => meta.remove(&k),
+                };
+            }
+        };
+        run(A::UserAdd(AuthUserAddRequest {
+            name: "root".into(),
+            hashed_password: "h".into(),
+            ..Default::default()
+        }));
+        run(A::UserGrantRole(AuthUserGrantRoleRequest {
+            user: "root".into(),
+            role: "root".into(),
+        }));
+        run(A::RoleAdd(AuthRoleAddRequest { name: "r".into() }));
+        run(A::Enable(AuthEnableRequest {}));
+        let loaded = AuthStore::default();
+        let entries: Vec<_> = meta.into_iter().collect();
+        loaded.load(&entries);
+        assert!(loaded.is_enabled());
+        assert_eq!(loaded.revision(), s.revision());
+        assert_eq!(loaded.user_list(), ["root"]);
+        assert_eq!(loaded.role_list(), ["r"]);
+        assert_eq!(loaded.password_hash("root").unwrap().0, b"h");
+    }
+}

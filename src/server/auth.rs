@@ -1,0 +1,336 @@
+//! etcd's Auth service, and the password work it needs.
+//!
+//! Invariants:
+//! - Passwords are hashed here, on the member that received the request, before anything is
+//!   proposed: the log and snapshots carry bcrypt hashes only, and no password is logged.
+//! - A password check (Authenticate) runs outside Raft, outside every lock the apply path
+//!   takes, on a blocking thread, and at most `checks` of them at once: a flood of failed
+//!   logins queues here instead of taking every core from the other requests. bcrypt reads the
+//!   first 72 bytes only, so a huge password costs what a short one does.
+//! - Changes go through Raft and are checked at apply time (admin, with the identity in the
+//!   entry, see `crate::auth::store`); listings and gets are answered here after a read
+//!   barrier, with the same admin check.
+
+use tonic::{Request, Response, Status};
+
+use super::context::ServerCtx;
+use super::error::ApiError;
+use crate::auth::{token, AuthError, AuthInfo};
+use crate::proto::authpb::UserAddOptions;
+use crate::proto::etcdserverpb::auth_server::Auth;
+use crate::proto::etcdserverpb::*;
+use crate::proto::kvdpb::auth_request::Request as A;
+use crate::proto::kvdpb::internal_response::Response as Out;
+use crate::proto::kvdpb::{
+    internal_request, AuthRequest, InternalAuthenticateRequest, InternalRequest,
+};
+
+/// bcrypt with a bound on concurrent checks.
+pub struct Passwords {
+    cost: u32,
+    checks: tokio::sync::Semaphore,
+}
+
+impl Passwords {
+    pub fn new(cost: u32) -> Passwords {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Passwords {
+            cost,
+            // Half the CPUs: the other half keeps serving while logins are hammered.
+            checks: tokio::sync::Semaphore::new((cpus / 2).max(1)),
+        }
+    }
+
+    async fn hash(&self, password: String) -> Result<String, ApiError> {
+        let cost = self.cost;
+        let _permit = self.checks.acquire().await;
+        tokio::task::spawn_blocking(move || bcrypt::hash(password, cost))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(|e| ApiError::Internal(format!("failed to hash password: {e}")))
+    }
+
+    async fn verify(&self, password: String, hash: Vec<u8>) -> bool {
+        let _permit = self.checks.acquire().await;
+        tokio::task::spawn_blocking(move || {
+            let hash = String::from_utf8_lossy(&hash);
+            bcrypt::verify(password, &hash).unwrap_or(false)
+        })
+        .await
+        .unwrap_or(false)
+    }
+}
+
+pub struct AuthService {
+    pub ctx: ServerCtx,
+}
+
+type Res<T> = Result<Response<T>, Status>;
+
+impl AuthService {
+    fn header(&self) -> Option<ResponseHeader> {
+        self.ctx.header(self.ctx.current_revision())
+    }
+
+    async fn who<T>(&self, req: &Request<T>) -> Result<Option<AuthInfo>, ApiError> {
+        self.ctx.check_leader(req.metadata())?;
+        self.ctx.auth_info(req.metadata(), req.extensions()).await
+    }
+
+    /// Proposes an auth change as the caller.
+    async fn change<T>(&self, req: &Request<T>, r: A) -> Result<String, Status> {
+        let ai = self.who(req).await?;
+        let ir = InternalRequest {
+            request: Some(internal_request::Request::Auth(AuthRequest {
+                request: Some(r),
+            })),
+            ..Default::default()
+        };
+        match self.ctx.propose_as(ir, ai.as_ref()).await? {
+            Out::Auth(a) => Ok(a.token),
+            _ => Err(ApiError::Internal("unexpected apply result".into()).into()),
+        }
+    }
+
+    /// A linearizable read of the auth store by an admin.
+    async fn admin_read<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let ai = self.who(req).await?;
+        self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
+        let store = self.ctx.node.sm.auth();
+        store.check_admin(ai.as_ref()).map_err(ApiError::from)?;
+        Ok(())
+    }
+}
+
+fn auth_err(e: AuthError) -> Status {
+    ApiError::Auth(e).into()
+}
+
+#[tonic::async_trait]
+impl Auth for AuthService {
+    async fn auth_enable(&self, req: Request<AuthEnableRequest>) -> Res<AuthEnableResponse> {
+        self.change(&req, A::Enable(AuthEnableRequest {})).await?;
+        Ok(Response::new(AuthEnableResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn auth_disable(&self, req: Request<AuthDisableRequest>) -> Res<AuthDisableResponse> {
+        self.change(&req, A::Disable(AuthDisableRequest {})).await?;
+        Ok(Response::new(AuthDisableResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn auth_status(&self, req: Request<AuthStatusRequest>) -> Res<AuthStatusResponse> {
+        self.who(&req).await?;
+        self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
+        let store = self.ctx.node.sm.auth();
+        Ok(Response::new(AuthStatusResponse {
+            header: self.header(),
+            enabled: store.is_enabled(),
+            auth_revision: store.revision(),
+        }))
+    }
+
+    async fn authenticate(&self, req: Request<AuthenticateRequest>) -> Res<AuthenticateResponse> {
+        self.ctx.check_leader(req.metadata())?;
+        let r = req.get_ref();
+        let store = self.ctx.node.sm.auth();
+        let (hash, _) = store.password_hash(&r.name).map_err(auth_err)?;
+        if !self.ctx.passwords.verify(r.password.clone(), hash).await {
+            tracing::info!(user = %r.name, "invalid password");
+            return Err(auth_err(AuthError::AuthFailed));
+        }
+        let ir = InternalRequest {
+            request: Some(internal_request::Request::Auth(AuthRequest {
+                request: Some(A::Authenticate(InternalAuthenticateRequest {
+                    name: r.name.clone(),
+                    simple_token: token::new_prefix(),
+                })),
+            })),
+            ..Default::default()
+        };
+        let token = match self.ctx.propose(ir).await? {
+            Out::Auth(a) => a.token,
+            _ => return Err(ApiError::Internal("unexpected apply result".into()).into()),
+        };
+        Ok(Response::new(AuthenticateResponse {
+            header: self.header(),
+            token,
+        }))
+    }
+
+    async fn user_add(&self, req: Request<AuthUserAddRequest>) -> Res<AuthUserAddResponse> {
+        let r = req.get_ref();
+        if r.name.is_empty() {
+            return Err(auth_err(AuthError::UserEmpty));
+        }
+        let no_password = r.options.is_some_and(|o| o.no_password);
+        let hashed = if no_password {
+            String::new()
+        } else if !r.hashed_password.is_empty() {
+            // A client that hashed it itself (etcd 3.5's clientv3 may).
+            r.hashed_password.clone()
+        } else {
+            self.ctx.passwords.hash(r.password.clone()).await?
+        };
+        let add = AuthUserAddRequest {
+            name: r.name.clone(),
+            password: String::new(),
+            options: Some(r.options.unwrap_or(UserAddOptions { no_password })),
+            hashed_password: hashed,
+        };
+        self.change(&req, A::UserAdd(add)).await?;
+        Ok(Response::new(AuthUserAddResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn user_get(&self, req: Request<AuthUserGetRequest>) -> Res<AuthUserGetResponse> {
+        self.admin_read(&req).await?;
+        let roles = self
+            .ctx
+            .node
+            .sm
+            .auth()
+            .user_get(&req.get_ref().name)
+            .map_err(auth_err)?;
+        Ok(Response::new(AuthUserGetResponse {
+            header: self.header(),
+            roles,
+        }))
+    }
+
+    async fn user_list(&self, req: Request<AuthUserListRequest>) -> Res<AuthUserListResponse> {
+        self.admin_read(&req).await?;
+        Ok(Response::new(AuthUserListResponse {
+            header: self.header(),
+            users: self.ctx.node.sm.auth().user_list(),
+        }))
+    }
+
+    async fn user_delete(
+        &self,
+        req: Request<AuthUserDeleteRequest>,
+    ) -> Res<AuthUserDeleteResponse> {
+        let r = req.get_ref().clone();
+        self.change(&req, A::UserDelete(r)).await?;
+        Ok(Response::new(AuthUserDeleteResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn user_change_password(
+        &self,
+        req: Request<AuthUserChangePasswordRequest>,
+    ) -> Res<AuthUserChangePasswordResponse> {
+        let r = req.get_ref();
+        let hashed = if r.hashed_password.is_empty() {
+            self.ctx.passwords.hash(r.password.clone()).await?
+        } else {
+            r.hashed_password.clone()
+        };
+        let change = AuthUserChangePasswordRequest {
+            name: r.name.clone(),
+            password: String::new(),
+            hashed_password: hashed,
+        };
+        self.change(&req, A::UserChangePassword(change)).await?;
+        Ok(Response::new(AuthUserChangePasswordResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn user_grant_role(
+        &self,
+        req: Request<AuthUserGrantRoleRequest>,
+    ) -> Res<AuthUserGrantRoleResponse> {
+        let r = req.get_ref().clone();
+        self.change(&req, A::UserGrantRole(r)).await?;
+        Ok(Response::new(AuthUserGrantRoleResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn user_revoke_role(
+        &self,
+        req: Request<AuthUserRevokeRoleRequest>,
+    ) -> Res<AuthUserRevokeRoleResponse> {
+        let r = req.get_ref().clone();
+        self.change(&req, A::UserRevokeRole(r)).await?;
+        Ok(Response::new(AuthUserRevokeRoleResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn role_add(&self, req: Request<AuthRoleAddRequest>) -> Res<AuthRoleAddResponse> {
+        let r = req.get_ref().clone();
+        if r.name.is_empty() {
+            return Err(auth_err(AuthError::RoleEmpty));
+        }
+        self.change(&req, A::RoleAdd(r)).await?;
+        Ok(Response::new(AuthRoleAddResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn role_get(&self, req: Request<AuthRoleGetRequest>) -> Res<AuthRoleGetResponse> {
+        self.admin_read(&req).await?;
+        let perm = self
+            .ctx
+            .node
+            .sm
+            .auth()
+            .role_get(&req.get_ref().role)
+            .map_err(auth_err)?;
+        Ok(Response::new(AuthRoleGetResponse {
+            header: self.header(),
+            perm,
+        }))
+    }
+
+    async fn role_list(&self, req: Request<AuthRoleListRequest>) -> Res<AuthRoleListResponse> {
+        self.admin_read(&req).await?;
+        Ok(Response::new(AuthRoleListResponse {
+            header: self.header(),
+            roles: self.ctx.node.sm.auth().role_list(),
+        }))
+    }
+
+    async fn role_delete(
+        &self,
+        req: Request<AuthRoleDeleteRequest>,
+    ) -> Res<AuthRoleDeleteResponse> {
+        let r = req.get_ref().clone();
+        self.change(&req, A::RoleDelete(r)).await?;
+        Ok(Response::new(AuthRoleDeleteResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn role_grant_permission(
+        &self,
+        req: Request<AuthRoleGrantPermissionRequest>,
+    ) -> Res<AuthRoleGrantPermissionResponse> {
+        let r = req.get_ref().clone();
+        if r.perm.is_none() {
+            return Err(auth_err(AuthError::PermissionNotGiven));
+        }
+        self.change(&req, A::RoleGrantPermission(r)).await?;
+        Ok(Response::new(AuthRoleGrantPermissionResponse {
+            header: self.header(),
+        }))
+    }
+
+    async fn role_revoke_permission(
+        &self,
+        req: Request<AuthRoleRevokePermissionRequest>,
+    ) -> Res<AuthRoleRevokePermissionResponse> {
+        let r = req.get_ref().clone();
+        self.change(&req, A::RoleRevokePermission(r)).await?;
+        Ok(Response::new(AuthRoleRevokePermissionResponse {
+            header: self.header(),
+        }))
+    }
+}

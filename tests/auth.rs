@@ -1,0 +1,588 @@
+//! Authentication and RBAC on a real 3-member cluster, with etcd 3.4's errors: the auth RPCs
+//! and their refusals, a read-only role on a prefix (gets allowed, puts, txns touching other
+//! keys and watches outside refused), revoked roles and deleted users taking effect at once on
+//! every member, token expiry, auth state surviving restarts and a snapshot install, and a
+//! flood of failed logins that does not starve other clients.
+//! (tests/etcdctl_diff and /tmp scripts compare etcdctl's output against etcd itself.)
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+use kvd::proto::authpb::{permission::Type as PermType, Permission, UserAddOptions};
+use kvd::proto::etcdserverpb::auth_client::AuthClient;
+use kvd::proto::etcdserverpb::request_op::Request as Op;
+use kvd::proto::etcdserverpb::watch_client::WatchClient;
+use kvd::proto::etcdserverpb::watch_request::RequestUnion;
+use kvd::proto::etcdserverpb::*;
+use tonic::transport::Channel;
+use tonic::{Code, Request};
+
+const FAST_BCRYPT: &str = "--bcrypt-cost=4";
+
+async fn auth(c: &Cluster, i: usize) -> AuthClient<Channel> {
+    AuthClient::new(common::channel(&c.members[i].client_url()).await)
+}
+
+/// `msg` with `token` in the metadata, as etcd's clients send it.
+fn with<T>(msg: T, token: &str) -> Request<T> {
+    let mut r = Request::new(msg);
+    if !token.is_empty() {
+        r.metadata_mut().insert("token", token.parse().unwrap());
+    }
+    r
+}
+
+fn err(r: Result<impl std::fmt::Debug, tonic::Status>) -> (Code, String) {
+    let s = r.expect_err("expected an error");
+    (s.code(), s.message().to_string())
+}
+
+async fn login(c: &Cluster, i: usize, name: &str, password: &str) -> Result<String, tonic::Status> {
+    let r = auth(c, i)
+        .await
+        .authenticate(AuthenticateRequest {
+            name: name.into(),
+            password: password.into(),
+        })
+        .await?;
+    Ok(r.into_inner().token)
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn put(k: &str, v: &str) -> PutRequest {
+    PutRequest {
+        key: k.into(),
+        value: v.into(),
+        ..Default::default()
+    }
+}
+
+fn get(k: &str) -> RangeRequest {
+    RangeRequest {
+        key: k.into(),
+        ..Default::default()
+    }
+}
+
+/// root with the root role, auth enabled; user `u` with role `ro`: read on prefix `foo/`,
+/// readwrite on key `k1`. Returns root's token.
+async fn set_up(c: &Cluster) -> String {
+    let mut a = auth(c, 0).await;
+    a.user_add(AuthUserAddRequest {
+        name: "root".into(),
+        password: "pw".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        err(a.auth_enable(AuthEnableRequest {}).await),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: root user does not have root role".into()
+        )
+    );
+    a.user_grant_role(AuthUserGrantRoleRequest {
+        user: "root".into(),
+        role: "root".into(),
+    })
+    .await
+    .unwrap();
+    a.user_add(AuthUserAddRequest {
+        name: "u".into(),
+        password: "p".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    a.role_add(AuthRoleAddRequest { name: "ro".into() })
+        .await
+        .unwrap();
+    for (t, k, e) in [
+        (PermType::Read, "foo/", "foo0"),
+        (PermType::Readwrite, "k1", ""),
+    ] {
+        a.role_grant_permission(AuthRoleGrantPermissionRequest {
+            name: "ro".into(),
+            perm: Some(Permission {
+                perm_type: t as i32,
+                key: k.into(),
+                range_end: e.into(),
+            }),
+        })
+        .await
+        .unwrap();
+    }
+    a.user_grant_role(AuthUserGrantRoleRequest {
+        user: "u".into(),
+        role: "ro".into(),
+    })
+    .await
+    .unwrap();
+    a.auth_enable(AuthEnableRequest {}).await.unwrap();
+    login(c, 0, "root", "pw").await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_rpcs_and_permissions_follow_etcd() {
+    let c = Cluster::start_opts(3, false, &[FAST_BCRYPT]).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let mut a = auth(&c, 1).await;
+    // With auth disabled: management works, disable succeeds, Authenticate is refused.
+    a.auth_disable(AuthDisableRequest {}).await.unwrap();
+    assert!(a
+        .user_list(AuthUserListRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .users
+        .is_empty());
+    assert_eq!(
+        err(a.auth_enable(AuthEnableRequest {}).await),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: root user does not exist".into()
+        )
+    );
+    assert_eq!(
+        err(login(&c, 1, "root", "pw").await),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: authentication is not enabled".into()
+        )
+    );
+    let empty = AuthUserAddRequest::default();
+    assert_eq!(
+        err(a.user_add(empty).await),
+        (
+            Code::InvalidArgument,
+            "etcdserver: user name is empty".into()
+        )
+    );
+    let root = set_up(&c).await;
+    let mut kv0 = c.kv(0).await;
+    kv0.put(with(put("foo/a", "1"), &root)).await.unwrap();
+
+    // Anonymous and bad credentials.
+    assert_eq!(
+        err(kv0.range(get("foo/a")).await),
+        (
+            Code::InvalidArgument,
+            "etcdserver: user name is empty".into()
+        )
+    );
+    assert_eq!(
+        err(kv0.range(with(get("foo/a"), "nonsense.5")).await),
+        (
+            Code::Unauthenticated,
+            "etcdserver: invalid auth token".into()
+        )
+    );
+    let bad = (
+        Code::InvalidArgument,
+        "etcdserver: authentication failed, invalid user ID or password".to_string(),
+    );
+    assert_eq!(err(login(&c, 2, "u", "wrong").await), bad);
+    assert_eq!(err(login(&c, 2, "nobody", "p").await), bad);
+
+    // The token from member 2 works on every member (assigned through the log).
+    let u = login(&c, 2, "u", "p").await.unwrap();
+    let (name, index) = u.split_once('.').unwrap();
+    assert_eq!(name.len(), 16);
+    index.parse::<u64>().unwrap();
+    let denied = (
+        Code::PermissionDenied,
+        "etcdserver: permission denied".to_string(),
+    );
+    for i in 0..3 {
+        let mut kv = c.kv(i).await;
+        let r = kv.range(with(get("foo/a"), &u)).await.unwrap().into_inner();
+        assert_eq!(r.kvs[0].value, b"1");
+        assert_eq!(err(kv.put(with(put("foo/a", "2"), &u)).await), denied);
+        assert_eq!(err(kv.range(with(get("bar"), &u)).await), denied);
+    }
+    let mut kv1 = c.kv(1).await;
+    kv1.put(with(put("k1", "v"), &u)).await.unwrap();
+    let prefix = RangeRequest {
+        key: "foo/".into(),
+        range_end: "foo0".into(),
+        ..Default::default()
+    };
+    kv1.range(with(prefix, &u)).await.unwrap();
+    let all = RangeRequest {
+        key: "foo/".into(),
+        range_end: vec![0],
+        ..Default::default()
+    };
+    assert_eq!(err(kv1.range(with(all, &u)).await), denied);
+
+    // A txn needs every key it compares, reads or writes, in both branches.
+    let txn = |success: Vec<Op>, failure: Vec<Op>| TxnRequest {
+        compare: vec![Compare {
+            key: "foo/a".into(),
+            target: compare::CompareTarget::Value as i32,
+            target_union: Some(compare::TargetUnion::Value("1".into())),
+            ..Default::default()
+        }],
+        success: success
+            .into_iter()
+            .map(|r| RequestOp { request: Some(r) })
+            .collect(),
+        failure: failure
+            .into_iter()
+            .map(|r| RequestOp { request: Some(r) })
+            .collect(),
+    };
+    let ok = txn(
+        vec![Op::RequestRange(get("foo/a"))],
+        vec![Op::RequestPut(put("k1", "x"))],
+    );
+    assert!(kv1.txn(with(ok, &u)).await.unwrap().into_inner().succeeded);
+    let mixed = txn(
+        vec![Op::RequestRange(get("foo/a"))],
+        vec![Op::RequestPut(put("zz", "x"))],
+    );
+    assert_eq!(err(kv1.txn(with(mixed, &u)).await), denied);
+
+    // A watch outside the grant is cancelled with the full status text.
+    let mut w = WatchClient::new(common::channel(&c.members[1].client_url()).await);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: "bar".into(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let mut stream = w
+        .watch(with(tokio_stream::wrappers::ReceiverStream::new(rx), &u))
+        .await
+        .unwrap()
+        .into_inner();
+    let r = stream.message().await.unwrap().unwrap();
+    assert!(r.created && r.canceled);
+    assert_eq!(
+        r.cancel_reason,
+        "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
+    );
+
+    // Management needs root; etcd's errors for each refusal.
+    let mut a = auth(&c, 2).await;
+    assert_eq!(
+        err(a.user_list(with(AuthUserListRequest {}, &u)).await),
+        denied
+    );
+    assert_eq!(
+        err(a.user_list(AuthUserListRequest {}).await),
+        (
+            Code::InvalidArgument,
+            "etcdserver: user name is empty".into()
+        )
+    );
+    let users = a
+        .user_list(with(AuthUserListRequest {}, &root))
+        .await
+        .unwrap();
+    assert_eq!(users.into_inner().users, ["root", "u"]);
+    let mgmt = (
+        Code::InvalidArgument,
+        "etcdserver: invalid auth management".to_string(),
+    );
+    let del_root = AuthUserDeleteRequest {
+        name: "root".into(),
+    };
+    assert_eq!(err(a.user_delete(with(del_root, &root)).await), mgmt);
+    let revoke_root = AuthUserRevokeRoleRequest {
+        name: "root".into(),
+        role: "root".into(),
+    };
+    assert_eq!(
+        err(a.user_revoke_role(with(revoke_root, &root)).await),
+        mgmt
+    );
+    let dup = AuthRoleAddRequest { name: "ro".into() };
+    assert_eq!(
+        err(a.role_add(with(dup, &root)).await),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: role name already exists".into()
+        )
+    );
+    let nobody = AuthUserGetRequest {
+        name: "nobody".into(),
+    };
+    assert_eq!(
+        err(a.user_get(with(nobody, &root)).await),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: user name not found".into()
+        )
+    );
+    let no_perm = AuthRoleRevokePermissionRequest {
+        role: "ro".into(),
+        key: "zzz".into(),
+        range_end: vec![],
+    };
+    assert_eq!(
+        err(a.role_revoke_permission(with(no_perm, &root)).await),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: permission is not granted to the role".into()
+        )
+    );
+    let status = a
+        .auth_status(with(AuthStatusRequest {}, &root))
+        .await
+        .unwrap();
+    let status = status.into_inner();
+    assert!(status.enabled);
+    assert!(status.auth_revision > 1);
+
+    // Revoking the role takes effect on the next request, on every member.
+    let revoke = AuthUserRevokeRoleRequest {
+        name: "u".into(),
+        role: "ro".into(),
+    };
+    a.user_revoke_role(with(revoke.clone(), &root))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let mut kv = c.kv(i).await;
+        assert_eq!(err(kv.range(with(get("foo/a"), &u)).await), denied);
+    }
+    assert_eq!(
+        err(a.user_revoke_role(with(revoke, &root)).await),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: role is not granted to the user".into()
+        )
+    );
+    // A deleted user's token stops working everywhere.
+    let del_u = AuthUserDeleteRequest { name: "u".into() };
+    a.user_delete(with(del_u, &root)).await.unwrap();
+    for i in 0..3 {
+        let mut kv = c.kv(i).await;
+        assert_eq!(
+            err(kv.range(with(get("k1"), &u)).await),
+            (
+                Code::Unauthenticated,
+                "etcdserver: invalid auth token".into()
+            )
+        );
+    }
+    // A no-password user cannot log in.
+    let np = AuthUserAddRequest {
+        name: "cert-only".into(),
+        options: Some(UserAddOptions { no_password: true }),
+        ..Default::default()
+    };
+    a.user_add(with(np, &root)).await.unwrap();
+    assert_eq!(err(login(&c, 0, "cert-only", "").await), bad);
+
+    // Disabling: everything is open again.
+    a.auth_disable(with(AuthDisableRequest {}, &root))
+        .await
+        .unwrap();
+    kv0.put(put("bar", "1")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_expire_after_their_ttl_unless_used() {
+    let c = Cluster::start_opts(3, false, &[FAST_BCRYPT, "--auth-token-ttl=2"]).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let root = set_up(&c).await;
+    let mut kv = c.kv(0).await;
+    // Used every second: kept alive past its TTL.
+    for _ in 0..4 {
+        kv.range(with(get("k1"), &root)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        err(kv.range(with(get("k1"), &root)).await),
+        (
+            Code::Unauthenticated,
+            "etcdserver: invalid auth token".into()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_survives_restarts_and_snapshot_installs() {
+    let mut c = Cluster::start_opts(
+        3,
+        false,
+        &[
+            FAST_BCRYPT,
+            "--snapshot-count=50",
+            "--experimental-snapshot-catchup-entries=20",
+        ],
+    )
+    .await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let lagging = (leader + 1) % 3;
+    let up = (leader + 2) % 3;
+    c.kill(lagging);
+    // Auth set up while the member is down, then enough writes that it catches up by snapshot.
+    let root = {
+        let mut a = auth(&c, up).await;
+        a.user_add(AuthUserAddRequest {
+            name: "root".into(),
+            password: "pw".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        a.user_grant_role(AuthUserGrantRoleRequest {
+            user: "root".into(),
+            role: "root".into(),
+        })
+        .await
+        .unwrap();
+        a.auth_enable(AuthEnableRequest {}).await.unwrap();
+        login(&c, up, "root", "pw").await.unwrap()
+    };
+    let mut kv = c.kv(up).await;
+    for n in 0..200 {
+        kv.put(with(put(&format!("k{n}"), "v"), &root))
+            .await
+            .unwrap();
+    }
+    c.spawn(lagging);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut kv = c.kv(lagging).await;
+    let token = loop {
+        match login(&c, lagging, "root", "pw").await {
+            Ok(t) => break t,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("the caught-up member does not know root: {e}"),
+        }
+    };
+    let serializable = RangeRequest {
+        serializable: true,
+        ..get("k199")
+    };
+    loop {
+        let r = kv.range(with(serializable.clone(), &token)).await.unwrap();
+        if !r.into_inner().kvs.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "member never caught up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // It came back after the leader purged its log (catch-up entries 20, 200 writes), so it
+    // caught up by snapshot: its snapshot directory holds the installed one.
+    let snaps = walk(&c.members[lagging].data_dir)
+        .into_iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("snap")))
+        .count();
+    assert!(snaps > 0, "no snapshot file on the lagging member");
+    // Restart every member: still enabled, the old token is gone (tokens are in memory).
+    c.kill_all_and_restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let token = loop {
+        match login(&c, 0, "root", "pw").await {
+            Ok(t) => break t,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("login after restart: {e}"),
+        }
+    };
+    let mut kv = c.kv(0).await;
+    assert_eq!(
+        err(kv.range(get("k1")).await),
+        (
+            Code::InvalidArgument,
+            "etcdserver: user name is empty".into()
+        )
+    );
+    assert_eq!(
+        err(kv.range(with(get("k1"), &root)).await).0,
+        Code::Unauthenticated
+    );
+    kv.range(with(get("k1"), &token)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_are_bounded_and_huge_passwords_cost_nothing_more() {
+    let c = Cluster::start_opts(3, false, &[FAST_BCRYPT]).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let root = set_up(&c).await;
+    // A 1 MiB password: accepted (below --max-request-bytes), hashed at bounded cost.
+    let big = "x".repeat(1 << 20);
+    let t0 = Instant::now();
+    let mut a = auth(&c, 0).await;
+    a.user_add(with(
+        AuthUserAddRequest {
+            name: "big".into(),
+            password: big.clone(),
+            ..Default::default()
+        },
+        &root,
+    ))
+    .await
+    .unwrap();
+    login(&c, 0, "big", &big).await.unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+
+    let n: usize = std::env::var("KVD_AUTH_FAILED_LOGINS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let url = c.members[0].client_url();
+    let flood = tokio::spawn(async move {
+        let ch = common::channel(&url).await;
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for w in 0..32 {
+            let mut a = AuthClient::new(ch.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in (w..n).step_by(32) {
+                    let r = a
+                        .authenticate(AuthenticateRequest {
+                            name: "u".into(),
+                            password: "wrong".into(),
+                        })
+                        .await;
+                    assert_eq!(r.unwrap_err().code(), Code::InvalidArgument);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        t0.elapsed()
+    });
+    // Meanwhile, another user's writes go on.
+    let mut kv = c.kv(0).await;
+    let mut worst = Duration::ZERO;
+    while !flood.is_finished() {
+        let t = Instant::now();
+        kv.put(with(put("k1", "v"), &root)).await.unwrap();
+        worst = worst.max(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = flood.await.unwrap();
+    eprintln!("{n} failed logins in {took:?}; slowest concurrent put {worst:?}");
+    assert!(worst < Duration::from_secs(1), "a put took {worst:?}");
+}
