@@ -266,8 +266,8 @@ fn host_port(uri: &http::Uri, default_port: u16) -> std::io::Result<(String, u16
     Ok((host, uri.port_u16().unwrap_or(default_port)))
 }
 
-/// Dials `uri` over TCP, runs the TLS handshake and waits for the server's SETTINGS: tonic's
-/// connector for TLS endpoints.
+/// Dials `uri` over TCP, runs the TLS handshake, sends the HTTP/2 preface and waits for the
+/// server's SETTINGS: tonic's connector for TLS endpoints.
 pub async fn dial(
     cfg: Arc<ClientConfig>,
     uri: http::Uri,
@@ -277,9 +277,13 @@ pub async fn dial(
     tcp.set_nodelay(true)?;
     let name = ServerName::try_from(host).map_err(std::io::Error::other)?;
     let mut tls = TlsConnector::from(cfg).connect(name, tcp).await?;
-    // Go's HTTP/2 server sends its SETTINGS right after the handshake.
+    // Go's HTTP/2 server sends its SETTINGS right after the handshake, but a server that
+    // serves HTTP/1.1 and HTTP/2 on one port (kvd's, hyper's) first reads the preface to tell
+    // them apart: send it now, as for plaintext.
+    tls.write_all(PREFACE).await?;
+    tls.flush().await?;
     let first = server_settings(&mut tls).await?;
-    Ok(TokioIo::new(Prefixed::new(first, 0, tls)))
+    Ok(TokioIo::new(Prefixed::new(first, PREFACE.len(), tls)))
 }
 
 /// Dials `uri` over TCP without TLS, sends the HTTP/2 preface and waits for the server's

@@ -7,34 +7,22 @@ use kvd::proto::etcdserverpb::{
 };
 
 use crate::cli::{NoArgs, RolePermArgs};
-use crate::commands::user::connect;
+use crate::commands::user::{confirm, connect, exact_args};
 use crate::commands::{emit, Ctx};
 use crate::error::CliError;
 use crate::output::prefix_range_end;
 
 pub async fn add(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    if a.args.len() != 1 {
-        return Err(CliError::bad_args(
-            "role add command requires role name as its argument",
-        ));
-    }
+    exact_args(&a.args, 1, "role add command requires role name as its argument")?;
     let name = a.args[0].clone();
     let req = AuthRoleAddRequest { name: name.clone() };
     let r = connect(ctx).await?.auth().role_add(req).await?.into_inner();
     let line = format!("Role {name} created\n");
-    emit(
-        &ctx.printer
-            .auth_header_only(line.as_bytes(), &r.header, &r)?,
-    );
-    Ok(0)
+    confirm(ctx, line, &r.header, &r)
 }
 
 pub async fn delete(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    if a.args.len() != 1 {
-        return Err(CliError::bad_args(
-            "role delete command requires role name as its argument",
-        ));
-    }
+    exact_args(&a.args, 1, "role delete command requires role name as its argument")?;
     let role = a.args[0].clone();
     let req = AuthRoleDeleteRequest { role: role.clone() };
     let r = connect(ctx)
@@ -44,19 +32,11 @@ pub async fn delete(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
         .await?
         .into_inner();
     let line = format!("Role {role} deleted\n");
-    emit(
-        &ctx.printer
-            .auth_header_only(line.as_bytes(), &r.header, &r)?,
-    );
-    Ok(0)
+    confirm(ctx, line, &r.header, &r)
 }
 
 pub async fn get(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    if a.args.len() != 1 {
-        return Err(CliError::bad_args(
-            "role get command requires role name as its argument",
-        ));
-    }
+    exact_args(&a.args, 1, "role get command requires role name as its argument")?;
     let role = a.args[0].clone();
     let req = AuthRoleGetRequest { role: role.clone() };
     let r = connect(ctx).await?.auth().role_get(req).await?.into_inner();
@@ -156,11 +136,7 @@ pub async fn grant_permission(ctx: &Ctx, a: RolePermArgs) -> Result<i32, CliErro
         .await?
         .into_inner();
     let line = format!("Role {name} updated\n");
-    emit(
-        &ctx.printer
-            .auth_header_only(line.as_bytes(), &r.header, &r)?,
-    );
-    Ok(0)
+    confirm(ctx, line, &r.header, &r)
 }
 
 pub async fn revoke_permission(ctx: &Ctx, a: RolePermArgs) -> Result<i32, CliError> {

@@ -24,11 +24,7 @@ pub(crate) async fn connect(ctx: &Ctx) -> Result<Conn, CliError> {
 }
 
 pub async fn add(ctx: &Ctx, a: UserAddArgs) -> Result<i32, CliError> {
-    if a.args.len() != 1 {
-        return Err(CliError::bad_args(
-            "user add command requires user name as its argument",
-        ));
-    }
+    exact_args(&a.args, 1, "user add command requires user name as its argument")?;
     let arg = &a.args[0];
     let (user, password) = if a.no_password {
         (arg.clone(), String::new())
@@ -52,19 +48,11 @@ pub async fn add(ctx: &Ctx, a: UserAddArgs) -> Result<i32, CliError> {
     };
     let r: AuthUserAddResponse = connect(ctx).await?.auth().user_add(req).await?.into_inner();
     let line = format!("User {user} created\n");
-    emit(
-        &ctx.printer
-            .auth_header_only(line.as_bytes(), &r.header, &r)?,
-    );
-    Ok(0)
+    confirm(ctx, line, &r.header, &r)
 }
 
 pub async fn delete(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    if a.args.len() != 1 {
-        return Err(CliError::bad_args(
-            "user delete command requires user name as its argument",
-        ));
-    }
+    exact_args(&a.args, 1, "user delete command requires user name as its argument")?;
     let name = a.args[0].clone();
     let req = AuthUserDeleteRequest { name: name.clone() };
     let r = connect(ctx)
@@ -74,19 +62,11 @@ pub async fn delete(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
         .await?
         .into_inner();
     let line = format!("User {name} deleted\n");
-    emit(
-        &ctx.printer
-            .auth_header_only(line.as_bytes(), &r.header, &r)?,
-    );
-    Ok(0)
+    confirm(ctx, line, &r.header, &r)
 }
 
 pub async fn get(ctx: &Ctx, a: UserGetArgs) -> Result<i32, CliError> {
-    if a.args.len() != 1 {
-        return Err(CliError::bad_args(
-            "user get command requires user name as its argument",
-        ));
-    }
+    exact_args(&a.args, 1, "user get command requires user name as its argument")?;
     let name = a.args[0].clone();
     let mut auth = connect(ctx).await?.auth();
     let req = AuthUserGetRequest { name: name.clone() };
@@ -123,11 +103,7 @@ pub async fn list(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
 }
 
 pub async fn passwd(ctx: &Ctx, a: UserPasswdArgs) -> Result<i32, CliError> {
-    if a.args.len() != 1 {
-        return Err(CliError::bad_args(
-            "user passwd command requires user name as its argument",
-        ));
-    }
+    exact_args(&a.args, 1, "user passwd command requires user name as its argument")?;
     let name = a.args[0].clone();
     let password = if a.interactive {
         password::ask_new(&name)?
@@ -153,11 +129,7 @@ pub async fn passwd(ctx: &Ctx, a: UserPasswdArgs) -> Result<i32, CliError> {
 }
 
 pub async fn grant_role(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    if a.args.len() != 2 {
-        return Err(CliError::bad_args(
-            "user grant command requires user name and role name as its argument",
-        ));
-    }
+    exact_args(&a.args, 2, "user grant command requires user name and role name as its argument")?;
     let (user, role) = (a.args[0].clone(), a.args[1].clone());
     let req = AuthUserGrantRoleRequest {
         user: user.clone(),
@@ -170,19 +142,11 @@ pub async fn grant_role(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
         .await?
         .into_inner();
     let line = format!("Role {role} is granted to user {user}\n");
-    emit(
-        &ctx.printer
-            .auth_header_only(line.as_bytes(), &r.header, &r)?,
-    );
-    Ok(0)
+    confirm(ctx, line, &r.header, &r)
 }
 
 pub async fn revoke_role(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    if a.args.len() != 2 {
-        return Err(CliError::bad_args(
-            "user revoke-role requires user name and role name as its argument",
-        ));
-    }
+    exact_args(&a.args, 2, "user revoke-role requires user name and role name as its argument")?;
     let (user, role) = (a.args[0].clone(), a.args[1].clone());
     let req = AuthUserRevokeRoleRequest {
         name: user.clone(),
@@ -195,9 +159,25 @@ pub async fn revoke_role(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
         .await?
         .into_inner();
     let line = format!("Role {role} is revoked from user {user}\n");
-    emit(
-        &ctx.printer
-            .auth_header_only(line.as_bytes(), &r.header, &r)?,
-    );
+    confirm(ctx, line, &r.header, &r)
+}
+
+/// Checks that a user or role command got exactly `n` arguments; else etcdctl's usage error.
+pub(crate) fn exact_args(args: &[String], n: usize, usage: &str) -> Result<(), CliError> {
+    if args.len() != n {
+        return Err(CliError::bad_args(usage));
+    }
+    Ok(())
+}
+
+/// Prints etcdctl's confirmation of a user or role change (the line in simple format, the
+/// response header in the others).
+pub(crate) fn confirm<M: prost::Message>(
+    ctx: &Ctx,
+    line: String,
+    header: &Option<kvd::proto::etcdserverpb::ResponseHeader>,
+    m: &M,
+) -> Result<i32, CliError> {
+    emit(&ctx.printer.auth_header_only(line.as_bytes(), header, m)?);
     Ok(0)
 }
