@@ -366,17 +366,14 @@ mod tests {
             .unwrap_err(),
             JwtError::InvalidMethod
         );
-        assert_eq!(
+        assert!(matches!(
             tokens(&[
                 "sign-method=RS256".into(),
                 format!("pub-key={}", fixture("rsa-pub.pem")),
                 format!("priv-key={}", fixture("ec-priv.pem")),
-            ])
-            .unwrap_err()
-            .to_string()
-            .starts_with("auth: bad key"),
-            true
-        );
+            ]),
+            Err(JwtError::BadKey { .. })
+        ));
         assert_eq!(
             tokens(&[
                 "sign-method=RS256".into(),
