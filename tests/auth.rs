@@ -719,3 +719,45 @@ async fn jwt_options_are_checked_at_start() {
         assert!(text.contains(want), "{opt}: {text}");
     }
 }
+
+/// With `--client-cert-auth`, a JSON gateway request without an `Authorization` header acts
+/// as the user its client certificate names (CN `root` here), as a gRPC request does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_takes_the_user_from_the_client_certificate() {
+    let shared = common::tls::pki();
+    let c = Cluster::start_tls(1, true, |_| vec![FAST_BCRYPT.to_string()]).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let url = c.members[0].client_url();
+    let (ca, cert, key) = (
+        shared.pki.ca_file.display().to_string(),
+        shared.client.cert.display().to_string(),
+        shared.client.key.display().to_string(),
+    );
+    let post = |path: &str, body: &str| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-S",
+                "--max-time",
+                "5",
+                "--cacert",
+                &ca,
+                "--cert",
+                &cert,
+            ])
+            .args(["--key", &key, "-X", "POST", "-d", body])
+            .arg(format!("{url}{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    post("/v3/auth/user/add", r#"{"name":"root","password":"pw"}"#);
+    post("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#);
+    let out = post("/v3/auth/enable", "{}");
+    assert!(!out.contains("error"), "{out}");
+    // Auth is on and no token is sent: the certificate's CN is the caller.
+    let out = post("/v3/auth/user/list", "{}");
+    assert!(out.contains(r#""users":["root"]"#), "{out}");
+    let out = post("/v3/kv/put", r#"{"key":"Zm9v","value":"YmFy"}"#);
+    assert!(out.contains("revision") && !out.contains("error"), "{out}");
+}
