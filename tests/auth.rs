@@ -586,3 +586,178 @@ async fn failed_logins_are_bounded_and_huge_passwords_cost_nothing_more() {
     eprintln!("{n} failed logins in {took:?}; slowest concurrent put {worst:?}");
     assert!(worst < Duration::from_secs(1), "a put took {worst:?}");
 }
+
+/// `--auth-token jwt,...` for member `i` of a JWT cluster with `ttl`: members 0 and 1 sign
+/// with the RSA fixture, member 2 only verifies (public key only, as etcd allows).
+fn jwt_args(i: usize, ttl: &str) -> Vec<String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jwt");
+    let keys = if i == 2 {
+        format!("pub-key={dir}/rsa-pub.pem")
+    } else {
+        format!("pub-key={dir}/rsa-pub.pem,priv-key={dir}/rsa-priv.pem")
+    };
+    vec![
+        FAST_BCRYPT.into(),
+        format!("--auth-token=jwt,{keys},sign-method=RS256,ttl={ttl}"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwt_tokens_work_on_every_member_and_expire() {
+    let c = Cluster::start_custom(3, false, |i| jwt_args(i, "3s")).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let root = set_up(&c).await;
+    assert_eq!(root.split('.').count(), 3, "a JWT: {root}");
+    // Issued by member 0, honoured by the others (stateless: nothing was replicated for it).
+    for i in 0..3 {
+        let mut kv = c.kv(i).await;
+        kv.put(with(put("k1", &format!("v{i}")), &root))
+            .await
+            .unwrap();
+        kv.range(with(get("k1"), &root)).await.unwrap();
+    }
+    // A user's token carries their permissions' checks, wherever it is used.
+    let u = login(&c, 1, "u", "p").await.unwrap();
+    let mut kv2 = c.kv(2).await;
+    kv2.put(with(put("k1", "by-u"), &u)).await.unwrap();
+    assert_eq!(
+        err(kv2.put(with(put("foo/a", "x"), &u)).await).1,
+        "etcdserver: permission denied"
+    );
+    // The verify-only member cannot issue tokens.
+    assert_eq!(
+        err(login(&c, 2, "u", "p").await),
+        (
+            Code::Unknown,
+            "auth: token signing attempted with verify-only key".into()
+        )
+    );
+    // A tampered token (another user's claims under root's signature) is refused.
+    let (claims_u, sig_root) = (
+        u.split('.').nth(1).unwrap(),
+        root.split('.').nth(2).unwrap(),
+    );
+    let forged = format!("{}.{claims_u}.{sig_root}", root.split('.').next().unwrap());
+    assert_eq!(
+        err(kv2.range(with(get("k1"), &forged)).await),
+        (
+            Code::Unauthenticated,
+            "etcdserver: invalid auth token".into()
+        )
+    );
+    // An auth change makes earlier tokens stale: refused with etcd's ErrAuthOldRevision
+    // (a read where it is served, a write where it is applied), until the user logs in again.
+    let mut a = auth(&c, 0).await;
+    a.user_add(with(
+        AuthUserAddRequest {
+            name: "v".into(),
+            password: "pv".into(),
+            ..Default::default()
+        },
+        &root,
+    ))
+    .await
+    .unwrap();
+    let stale = "etcdserver: revision of auth store is old";
+    assert_eq!(err(kv2.put(with(put("k1", "x"), &u)).await).1, stale);
+    assert_eq!(err(kv2.range(with(get("k1"), &u)).await).1, stale);
+    let u = login(&c, 0, "u", "p").await.unwrap();
+    kv2.put(with(put("k1", "again"), &u)).await.unwrap();
+    // A deleted user's token fails.
+    let root = login(&c, 0, "root", "pw").await.unwrap();
+    a.user_delete(with(AuthUserDeleteRequest { name: "u".into() }, &root))
+        .await
+        .unwrap();
+    kv2.range(with(get("k1"), &u)).await.unwrap_err();
+    // Expired (ttl 3s): refused everywhere, though the signature is good.
+    let root = login(&c, 1, "root", "pw").await.unwrap();
+    c.kv(0).await.range(with(get("k1"), &root)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    for i in 0..3 {
+        assert_eq!(
+            err(c.kv(i).await.range(with(get("k1"), &root)).await),
+            (
+                Code::Unauthenticated,
+                "etcdserver: invalid auth token".into()
+            ),
+            "member {i}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwt_options_are_checked_at_start() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jwt");
+    for (opt, want) in [
+        (
+            "jwt,sign-method=RS256".to_string(),
+            "auth: missing key data",
+        ),
+        (
+            format!("jwt,pub-key={dir}/rsa-pub.pem,sign-method=RS999"),
+            "auth: invalid auth signature method",
+        ),
+        (
+            format!(
+                "jwt,pub-key={dir}/rsa-other-pub.pem,priv-key={dir}/rsa-priv.pem,sign-method=RS256"
+            ),
+            "auth: public and private keys don't match",
+        ),
+        ("jwt,sign-method".to_string(), "auth: invalid auth options"),
+        ("bogus".to_string(), "auth: invalid auth options"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvd"))
+            .args([
+                "--data-dir",
+                "/nonexistent/kvd-jwt-check",
+                &format!("--auth-token={opt}"),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{opt}");
+        assert!(text.contains(want), "{opt}: {text}");
+    }
+}
+
+/// With `--client-cert-auth`, a JSON gateway request without an `Authorization` header acts
+/// as the user its client certificate names (CN `root` here), as a gRPC request does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_takes_the_user_from_the_client_certificate() {
+    let shared = common::tls::pki();
+    let c = Cluster::start_tls(1, true, |_| vec![FAST_BCRYPT.to_string()]).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let url = c.members[0].client_url();
+    let (ca, cert, key) = (
+        shared.pki.ca_file.display().to_string(),
+        shared.client.cert.display().to_string(),
+        shared.client.key.display().to_string(),
+    );
+    let post = |path: &str, body: &str| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-S",
+                "--max-time",
+                "5",
+                "--cacert",
+                &ca,
+                "--cert",
+                &cert,
+            ])
+            .args(["--key", &key, "-X", "POST", "-d", body])
+            .arg(format!("{url}{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    post("/v3/auth/user/add", r#"{"name":"root","password":"pw"}"#);
+    post("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#);
+    let out = post("/v3/auth/enable", "{}");
+    assert!(!out.contains("error"), "{out}");
+    // Auth is on and no token is sent: the certificate's CN is the caller.
+    let out = post("/v3/auth/user/list", "{}");
+    assert!(out.contains(r#""users":["root"]"#), "{out}");
+    let out = post("/v3/kv/put", r#"{"key":"Zm9v","value":"YmFy"}"#);
+    assert!(out.contains("revision") && !out.contains("error"), "{out}");
+}

@@ -607,3 +607,165 @@ async fn kvctl_lock_holds_until_interrupted_and_runs_commands_under_it() {
     // Unlocked after the command: no key is left under the lock's name.
     assert!(keys_under(&c, "cli/").await.is_empty());
 }
+
+/// A failed call's code and message.
+fn refused<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> (Code, String) {
+    let s = r.unwrap_err();
+    (s.code(), s.message().to_string())
+}
+
+/// `msg` carrying `token` as etcd's clients send it.
+fn as_user<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut().insert("token", token.parse().unwrap());
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_and_election_run_as_the_caller_with_auth() {
+    use kvd::proto::authpb::{permission::Type as PermType, Permission};
+    use kvd::proto::etcdserverpb::auth_client::AuthClient;
+    use kvd::proto::etcdserverpb::*;
+    let c = Cluster::start_opts(3, false, &["--bcrypt-cost=4"]).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let mut a = AuthClient::new(common::channel(&c.members[0].client_url()).await);
+    for u in ["root", "alice", "bob"] {
+        a.user_add(AuthUserAddRequest {
+            name: u.into(),
+            password: "pw".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    a.user_grant_role(AuthUserGrantRoleRequest {
+        user: "root".into(),
+        role: "root".into(),
+    })
+    .await
+    .unwrap();
+    // alice: readwrite on the lock's and the election's prefixes; bob: nothing.
+    a.role_add(AuthRoleAddRequest { name: "rw".into() })
+        .await
+        .unwrap();
+    for (k, e) in [("mylock/", "mylock0"), ("el/", "el0")] {
+        a.role_grant_permission(AuthRoleGrantPermissionRequest {
+            name: "rw".into(),
+            perm: Some(Permission {
+                perm_type: PermType::Readwrite as i32,
+                key: k.into(),
+                range_end: e.into(),
+            }),
+        })
+        .await
+        .unwrap();
+    }
+    a.user_grant_role(AuthUserGrantRoleRequest {
+        user: "alice".into(),
+        role: "rw".into(),
+    })
+    .await
+    .unwrap();
+    a.auth_enable(AuthEnableRequest {}).await.unwrap();
+    let mut tokens = Vec::new();
+    for u in ["alice", "bob"] {
+        let r = a
+            .authenticate(AuthenticateRequest {
+                name: u.into(),
+                password: "pw".into(),
+            })
+            .await
+            .unwrap();
+        tokens.push(r.into_inner().token);
+    }
+    let (alice, bob) = (&tokens[0], &tokens[1]);
+
+    // On another member than the one that issued the tokens.
+    let mut l = locks(&c, 1).await;
+    let held = l
+        .lock(as_user(
+            LockRequest {
+                name: b"mylock".to_vec(),
+                lease: 0,
+            },
+            alice,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(held.key.starts_with(b"mylock/"));
+    l.unlock(as_user(UnlockRequest { key: held.key }, alice))
+        .await
+        .unwrap();
+    let denied = (Code::Unknown, "etcdserver: permission denied".to_string());
+    let lock = |t: &str| {
+        as_user(
+            LockRequest {
+                name: b"mylock".to_vec(),
+                lease: 0,
+            },
+            t,
+        )
+    };
+    assert_eq!(refused(l.lock(lock(bob)).await), denied);
+    assert_eq!(
+        refused(
+            l.lock(tonic::Request::new(LockRequest {
+                name: b"mylock".to_vec(),
+                lease: 0,
+            }))
+            .await
+        ),
+        (Code::Unknown, "etcdserver: user name is empty".to_string())
+    );
+    assert_eq!(
+        refused(l.lock(lock("bogus.1")).await),
+        (Code::Unknown, "etcdserver: invalid auth token".to_string())
+    );
+
+    let mut e = elections(&c, 2).await;
+    let camp = |name: &[u8], t: &str| {
+        as_user(
+            CampaignRequest {
+                name: name.to_vec(),
+                lease: 0,
+                value: b"me".to_vec(),
+            },
+            t,
+        )
+    };
+    let leader = e.campaign(camp(b"el", alice)).await.unwrap().into_inner();
+    let got = e
+        .leader(as_user(
+            LeaderRequest {
+                name: b"el".to_vec(),
+            },
+            alice,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.kv.unwrap().value, b"me");
+    assert_eq!(refused(e.campaign(camp(b"el", bob)).await), denied);
+    assert_eq!(
+        refused(
+            e.leader(as_user(
+                LeaderRequest {
+                    name: b"el".to_vec()
+                },
+                bob
+            ))
+            .await
+        ),
+        denied
+    );
+    assert_eq!(refused(e.campaign(camp(b"other", alice)).await), denied);
+    e.resign(as_user(
+        ResignRequest {
+            leader: leader.leader,
+        },
+        alice,
+    ))
+    .await
+    .unwrap();
+}

@@ -12,6 +12,7 @@ pub mod error;
 pub mod perms;
 pub mod store;
 pub mod token;
+pub mod token_jwt;
 
 pub use error::AuthError;
 pub use store::{AuthInfo, AuthStore, META_AUTH_PREFIX, ROOT};

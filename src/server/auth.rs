@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use crate::auth::token_jwt::JwtError;
 use crate::auth::{token, AuthError, AuthInfo};
 use crate::proto::authpb::UserAddOptions;
 use crate::proto::etcdserverpb::auth_server::Auth;
@@ -142,11 +143,22 @@ impl Auth for AuthService {
             tracing::info!(user = %r.name, "invalid password");
             return Err(auth_err(AuthError::AuthFailed));
         }
+        // A verify-only JWT member cannot issue tokens (etcd fails the same way, at apply).
+        if self.ctx.jwt.as_ref().is_some_and(|j| j.verify_only()) {
+            return Err(Status::unknown(JwtError::VerifyOnly.to_string()));
+        }
+        // The entry checks, in log order, that auth is still enabled and the user exists.
+        // Simple tokens are assigned by it on every member; a JWT is signed afterwards by
+        // this member alone, at the auth revision it has applied by then.
         let ir = InternalRequest {
             request: Some(internal_request::Request::Auth(AuthRequest {
                 request: Some(A::Authenticate(InternalAuthenticateRequest {
                     name: r.name.clone(),
-                    simple_token: token::new_prefix(),
+                    simple_token: if self.ctx.jwt.is_some() {
+                        String::new()
+                    } else {
+                        token::new_prefix()
+                    },
                 })),
             })),
             ..Default::default()
@@ -154,6 +166,17 @@ impl Auth for AuthService {
         let token = match self.ctx.propose(ir).await? {
             Out::Auth(a) => a.token,
             _ => return Err(ApiError::Internal("unexpected apply result".into()).into()),
+        };
+        let token = match &self.ctx.jwt {
+            None => token,
+            Some(jwt) => {
+                // Deleted since the entry applied: fail as if it had been deleted before.
+                if !store.user_exists(&r.name) {
+                    return Err(auth_err(AuthError::AuthFailed));
+                }
+                jwt.assign(&r.name, store.revision())
+                    .map_err(|e| Status::unknown(e.to_string()))?
+            }
         };
         Ok(Response::new(AuthenticateResponse {
             header: self.header(),

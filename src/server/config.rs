@@ -280,17 +280,34 @@ pub struct Config {
 pub struct AuthConfig {
     pub token_ttl: Duration,
     pub bcrypt_cost: u32,
+    /// `--auth-token jwt,...`: the JWT provider, its keys loaded and checked; `None` for
+    /// simple tokens.
+    pub jwt: Option<std::sync::Arc<crate::auth::token_jwt::JwtTokens>>,
 }
 
 impl AuthConfig {
+    /// etcd's NewTokenProvider: `simple`, or `jwt` with its options (keys are read here, so
+    /// a member with unusable keys does not start, as etcd's does not).
     fn parse(token: &str, ttl: u64, bcrypt_cost: u32) -> Result<AuthConfig, ConfigError> {
-        let kind = token.split(',').next().unwrap_or_default();
-        if kind != "simple" {
-            // JWT tokens are not implemented yet: refuse rather than run with other tokens.
-            return Err(ConfigError(format!(
-                "--auth-token: unsupported token type {kind:?} (kvd supports simple)"
-            )));
-        }
+        let mut parts = token.split(',');
+        let kind = parts.next().unwrap_or_default();
+        let rest: Vec<&str> = parts.collect();
+        let jwt = match kind {
+            "simple" => None,
+            "jwt" => {
+                let parse_ttl =
+                    |t: &str| parse_go_duration("auth-token ttl", t).map_err(|e| e.to_string());
+                let t = crate::auth::token_jwt::JwtTokens::from_options(&rest, parse_ttl)
+                    .map_err(|e| ConfigError(format!("--auth-token: {e}")))?;
+                Some(std::sync::Arc::new(t))
+            }
+            _ => {
+                return Err(ConfigError(format!(
+                    "--auth-token: auth: invalid auth options (unknown token type {kind:?}, \
+                     want simple or jwt)"
+                )))
+            }
+        };
         // bcrypt's own bounds (etcd checks them too).
         if !(4..=31).contains(&bcrypt_cost) {
             return Err(ConfigError(format!(
@@ -300,6 +317,7 @@ impl AuthConfig {
         Ok(AuthConfig {
             token_ttl: Duration::from_secs(ttl.max(1)),
             bcrypt_cost,
+            jwt,
         })
     }
 }

@@ -22,6 +22,8 @@ pub struct ServerCtx {
     pub quota: std::sync::Arc<super::quota::Quota>,
     /// Password hashing and checking (bcrypt cost, the bound on concurrent checks).
     pub passwords: std::sync::Arc<super::auth::Passwords>,
+    /// The JWT token provider (`--auth-token jwt,...`); `None` with simple tokens.
+    pub jwt: Option<std::sync::Arc<crate::auth::token_jwt::JwtTokens>>,
 }
 
 impl ServerCtx {
@@ -51,7 +53,9 @@ impl ServerCtx {
 
     /// Who is asking (etcd's AuthInfoFromCtx): `None` with auth disabled or no credentials;
     /// the user of the `token` (or `authorization`) metadata, else the verified client
-    /// certificate's CN. An unknown or expired token is an error.
+    /// certificate's CN. An unknown, expired or (JWT) badly signed token is an error. A JWT
+    /// carries the auth revision it was issued at, which the permission checks compare with
+    /// the store's (etcd's ErrAuthOldRevision); a simple token is checked at the current one.
     pub async fn auth_info(
         &self,
         md: &MetadataMap,
@@ -65,6 +69,9 @@ impl ServerCtx {
             .get("token")
             .or_else(|| md.get("authorization"))
             .and_then(|v| v.to_str().ok());
+        if let (Some(token), Some(jwt)) = (token, &self.jwt) {
+            return Ok(Some(jwt.info(token).ok_or(AuthError::InvalidAuthToken)?));
+        }
         if let Some(token) = token {
             // As etcd's simple tokens: a token is valid once this member has applied the
             // entry that assigned it (its index follows the last dot).

@@ -261,19 +261,19 @@ impl Election for ElectionService {
         &self,
         req: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
-        self.client.require_leader(req.metadata())?;
-        Ok(Response::new(self.campaign(req.into_inner()).await?))
+        let svc = ElectionService::new(self.client.for_request(&req).await?);
+        Ok(Response::new(svc.campaign(req.into_inner()).await?))
     }
 
     async fn proclaim(
         &self,
         req: Request<ProclaimRequest>,
     ) -> Result<Response<ProclaimResponse>, Status> {
-        self.client.require_leader(req.metadata())?;
+        let svc = ElectionService::new(self.client.for_request(&req).await?);
         let r = req.into_inner();
         let leader = r.leader.ok_or(RecipeError::MissingLeaderKey)?;
-        let lease = self.session_lease(leader.lease).await?;
-        let resp = self
+        let lease = svc.session_lease(leader.lease).await?;
+        let resp = svc
             .proclaim_txn(&leader.key, leader.rev, lease, &r.value)
             .await?;
         Ok(Response::new(ProclaimResponse {
@@ -285,8 +285,8 @@ impl Election for ElectionService {
         &self,
         req: Request<LeaderRequest>,
     ) -> Result<Response<LeaderResponse>, Status> {
-        self.client.require_leader(req.metadata())?;
-        Ok(Response::new(self.leader(&req.into_inner().name).await?))
+        let svc = ElectionService::new(self.client.for_request(&req).await?);
+        Ok(Response::new(svc.leader(&req.into_inner().name).await?))
     }
 
     type ObserveStream = ObserveStream;
@@ -295,9 +295,8 @@ impl Election for ElectionService {
         &self,
         req: Request<LeaderRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
-        self.client.require_leader(req.metadata())?;
         let observer = Observer {
-            client: self.client.clone(),
+            client: self.client.for_request(&req).await?,
             prefix: election_prefix(&req.into_inner().name),
             phase: Phase::Find,
             ready: VecDeque::new(),
@@ -314,13 +313,12 @@ impl Election for ElectionService {
         &self,
         req: Request<ResignRequest>,
     ) -> Result<Response<ResignResponse>, Status> {
-        self.client.require_leader(req.metadata())?;
+        let c = self.client.for_request(&req).await?;
         let leader = req
             .into_inner()
             .leader
             .ok_or(RecipeError::MissingLeaderKey)?;
-        let resp = self
-            .client
+        let resp = c
             .txn(resign_txn(&leader.key, leader.rev))
             .await
             .map_err(RecipeError::from)?;

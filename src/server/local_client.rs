@@ -26,6 +26,7 @@ use tonic::Status;
 use super::context::ServerCtx;
 use super::error::ApiError;
 use super::watch_hub::Hub;
+use crate::auth::AuthInfo;
 use crate::mvcc::{self, MvccError};
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{
@@ -175,10 +176,15 @@ fn in_range(key: &[u8], range_end: &[u8], k: &[u8]) -> bool {
     }
 }
 
-/// The in-process client of one member, shared by the Lock and Election services.
+/// The in-process client of one member, shared by the Lock and Election services. Each call
+/// runs as its caller ([`LocalClient::for_request`]), as etcd's recipe servers forward the
+/// caller's context (and with it the token) to their client.
 #[derive(Clone)]
 pub struct LocalClient {
     pub ctx: ServerCtx,
+    /// Who the recipe acts for: checked on every read here and carried by every write to the
+    /// apply's checks. `None` (anonymous) is refused with auth enabled, as etcd refuses it.
+    caller: Option<AuthInfo>,
     /// The recipes' own watch hub, which reads each applied batch's events once for all
     /// waiters. It runs only while someone waits (a hub reads every write, so one kept for
     /// nobody would cost every write a store read): started by the first waiter, it stops
@@ -190,6 +196,7 @@ impl LocalClient {
     pub fn new(ctx: ServerCtx) -> Self {
         LocalClient {
             ctx,
+            caller: None,
             hub: Arc::new(Mutex::new(Weak::new())),
         }
     }
@@ -216,23 +223,34 @@ impl LocalClient {
         self.ctx.header(h.map_or(0, |h| h.revision))
     }
 
-    /// The recipes do not carry the caller's identity yet: with auth enabled they act as an
-    /// anonymous user, which etcd refuses (`user name is empty`), rather than as the server.
-    fn refuse_if_auth(&self) -> Result<(), ApiError> {
-        if self.ctx.node.sm.auth().is_enabled() {
-            return Err(crate::auth::AuthError::UserEmpty.into());
-        }
-        Ok(())
+    /// This client acting for the caller of `req`, after etcd's require-leader check (with the
+    /// KV service's status, as etcd's interceptor answers it). A bad token fails as the
+    /// recipe's client would fail: an `Unknown` recipe error with etcd's text.
+    pub async fn for_request<T>(&self, req: &tonic::Request<T>) -> Result<LocalClient, Status> {
+        self.require_leader(req.metadata())?;
+        let caller = self
+            .ctx
+            .auth_info(req.metadata(), req.extensions())
+            .await
+            .map_err(RecipeError::from)?;
+        Ok(LocalClient {
+            caller,
+            ..self.clone()
+        })
+    }
+
+    /// etcd's read check of `[key, range_end)` for the caller (a no-op with auth disabled).
+    fn check_read(&self, key: &[u8], range_end: &[u8]) -> Result<(), ApiError> {
+        let auth = self.ctx.node.sm.auth();
+        Ok(auth.check_op(self.caller.as_ref(), key, range_end, false)?)
     }
 
     async fn write(&self, req: In) -> Result<Out, ApiError> {
-        self.refuse_if_auth()?;
-        self.ctx
-            .propose(InternalRequest {
-                request: Some(req),
-                ..Default::default()
-            })
-            .await
+        let req = InternalRequest {
+            request: Some(req),
+            ..Default::default()
+        };
+        self.ctx.propose_as(req, self.caller.as_ref()).await
     }
 
     fn unexpected() -> ApiError {
@@ -257,7 +275,7 @@ impl LocalClient {
             return Err(MvccError::EmptyKey.into());
         }
         mvcc::check_range(&r)?;
-        self.refuse_if_auth()?;
+        self.check_read(&r.key, &r.range_end)?;
         self.ctx.node.read_barrier().await?;
         let mut resp = self.ctx.node.sm.range(&r).await?;
         resp.header = self.header(resp.header);
@@ -317,7 +335,8 @@ impl LocalClient {
         range_end: &[u8],
         from: &mut i64,
     ) -> Result<Vec<Event>, ApiError> {
-        self.refuse_if_auth()?;
+        // As a watch: read permission on the range, checked when the wait starts.
+        self.check_read(key, range_end)?;
         let sm = &self.ctx.node.sm;
         let rev = |e: &Event| e.kv.as_ref().map_or(0, |kv| kv.mod_revision);
         let wanted = |e: &Event| {

@@ -37,8 +37,7 @@ impl LockService {
         LockService { client }
     }
 
-    async fn lock(&self, r: LockRequest) -> Result<LockResponse, RecipeError> {
-        let c = &self.client;
+    async fn lock(c: &LocalClient, r: LockRequest) -> Result<LockResponse, RecipeError> {
         let lease = match r.lease {
             0 => c.grant(SESSION_TTL).await?,
             l => l,
@@ -111,17 +110,16 @@ impl LockService {
 #[tonic::async_trait]
 impl Lock for LockService {
     async fn lock(&self, req: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
-        self.client.require_leader(req.metadata())?;
-        Ok(Response::new(self.lock(req.into_inner()).await?))
+        let c = self.client.for_request(&req).await?;
+        Ok(Response::new(Self::lock(&c, req.into_inner()).await?))
     }
 
     async fn unlock(
         &self,
         req: Request<UnlockRequest>,
     ) -> Result<Response<UnlockResponse>, Status> {
-        self.client.require_leader(req.metadata())?;
-        let d = self
-            .client
+        let c = self.client.for_request(&req).await?;
+        let d = c
             .delete(&req.into_inner().key)
             .await
             .map_err(RecipeError::from)?;

@@ -127,6 +127,7 @@ pub fn serve(
             move || sm.db_dir()
         })),
         passwords: Arc::new(super::auth::Passwords::new(cfg.auth.bcrypt_cost)),
+        jwt: cfg.auth.jwt.clone(),
     };
     node.sm.auth().tokens.set_ttl(cfg.auth.token_ttl);
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and

@@ -14,6 +14,8 @@
 use std::future::Future;
 
 use axum::body::{Body, Bytes};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::StreamExt;
@@ -25,17 +27,45 @@ use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::{Code, Status, Streaming};
 
 use super::json;
+use crate::server::client_cert::{ClientCert, TlsPeer};
+
+/// What the gateway passes on of an HTTP request: its headers, and the verified client
+/// certificate of its TLS connection (set only with `--client-cert-auth`).
+pub struct Incoming {
+    pub headers: HeaderMap,
+    pub cert: Option<ClientCert>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Incoming {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // The client listener's connection info, as a gRPC request sees it.
+        let cert = parts
+            .extensions
+            .get::<TlsPeer>()
+            .and_then(|p| p.client_cert.clone());
+        Ok(Incoming {
+            headers: parts.headers.clone(),
+            cert,
+        })
+    }
+}
 
 /// grpc-gateway forwards `Grpc-Metadata-<name>` headers as gRPC metadata `<name>` (e.g.
 /// `Grpc-Metadata-hasleader: true` asks for etcd's require-leader mode), and `Authorization`
-/// as `authorization` (where etcd looks for a gateway client's auth token).
-fn request_with_metadata<T>(headers: &HeaderMap, msg: T) -> tonic::Request<T> {
+/// as `authorization` (where etcd looks for a gateway client's auth token). Without one, the
+/// call carries the client certificate, whose CN auth takes as the user, as on the gRPC path.
+fn request_with_metadata<T>(inc: &Incoming, msg: T) -> tonic::Request<T> {
+    let headers = &inc.headers;
     let mut req = tonic::Request::new(msg);
     if let Some(v) = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| MetadataValue::try_from(v.as_bytes()).ok())
     {
         req.metadata_mut().insert("authorization", v);
+    } else if let Some(cert) = &inc.cert {
+        req.extensions_mut().insert(cert.clone());
     }
     for (name, value) in headers {
         let Some(md) = name.as_str().strip_prefix("grpc-metadata-") else {
@@ -52,7 +82,7 @@ fn request_with_metadata<T>(headers: &HeaderMap, msg: T) -> tonic::Request<T> {
 }
 
 /// A unary call: decode the body, call, encode the response or the error.
-pub async fn unary<Req, Resp, F, Fut>(headers: &HeaderMap, body: &Bytes, call: F) -> Response
+pub async fn unary<Req, Resp, F, Fut>(inc: &Incoming, body: &Bytes, call: F) -> Response
 where
     Req: DeserializeOwned + Default,
     Resp: Serialize,
@@ -63,7 +93,7 @@ where
         Ok(m) => m,
         Err(s) => return json::unary_error(&s),
     };
-    match call(request_with_metadata(headers, msg)).await {
+    match call(request_with_metadata(inc, msg)).await {
         Ok(r) => json::message(r.get_ref()),
         Err(s) => json::unary_error(&s),
     }
@@ -80,7 +110,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// A bidirectional stream call (Watch, LeaseKeepAlive).
-pub async fn bidi<Req, Resp, F, Fut>(headers: &HeaderMap, body: Body, call: F) -> Response
+pub async fn bidi<Req, Resp, F, Fut>(inc: &Incoming, body: Body, call: F) -> Response
 where
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
@@ -106,7 +136,7 @@ where
         // Dropping tx half-closes the request stream, as the end of the body should.
     });
     let guard = AbortOnDrop(forward);
-    let mut out = match call(request_with_metadata(headers, ReceiverStream::new(rx))).await {
+    let mut out = match call(request_with_metadata(inc, ReceiverStream::new(rx))).await {
         Ok(r) => r.into_inner(),
         Err(s) => return json::stream_failed(&s),
     };
@@ -128,11 +158,7 @@ where
 
 /// A server-streaming call (Election.Observe): the body is one request, as for a unary call;
 /// the responses stream as a bidirectional call's do.
-pub async fn server_stream<Req, Resp, F, Fut>(
-    headers: &HeaderMap,
-    body: &Bytes,
-    call: F,
-) -> Response
+pub async fn server_stream<Req, Resp, F, Fut>(inc: &Incoming, body: &Bytes, call: F) -> Response
 where
     Req: DeserializeOwned + Default,
     Resp: Serialize + Send + 'static,
@@ -143,7 +169,7 @@ where
         Ok(m) => m,
         Err(s) => return json::unary_error(&s),
     };
-    let mut out = match call(request_with_metadata(headers, msg)).await {
+    let mut out = match call(request_with_metadata(inc, msg)).await {
         Ok(r) => r.into_inner(),
         Err(s) => return json::stream_failed(&s),
     };
@@ -173,8 +199,25 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("grpc-metadata-hasleader", HeaderValue::from_static("true"));
         h.insert("content-type", HeaderValue::from_static("application/json"));
-        let r = request_with_metadata(&h, ());
+        let mut inc = Incoming {
+            headers: h,
+            cert: Some(ClientCert {
+                common_name: Some("alice".into()),
+            }),
+        };
+        let r = request_with_metadata(&inc, ());
         assert_eq!(r.metadata().get("hasleader").unwrap(), "true");
         assert!(r.metadata().get("content-type").is_none());
+        // No Authorization header: the certificate's CN names the caller.
+        assert_eq!(
+            crate::server::client_cert::common_name(r.extensions()).as_deref(),
+            Some("alice")
+        );
+        // A token wins over the certificate, as on the gRPC path.
+        inc.headers
+            .insert("authorization", HeaderValue::from_static("tok"));
+        let r = request_with_metadata(&inc, ());
+        assert_eq!(r.metadata().get("authorization").unwrap(), "tok");
+        assert!(r.extensions().get::<ClientCert>().is_none());
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
@@ -119,7 +119,7 @@ type Route = MethodRouter<Arc<Gateway>>;
 macro_rules! unary {
     ($client:ident, $method:ident) => {
         post(
-            |State(g): State<Arc<Gateway>>, h: HeaderMap, b: Bytes| async move {
+            |State(g): State<Arc<Gateway>>, h: call::Incoming, b: Bytes| async move {
                 call::unary(
                     &h,
                     &b,
@@ -135,7 +135,7 @@ macro_rules! unary {
 macro_rules! bidi {
     ($client:ident, $method:ident) => {
         post(
-            |State(g): State<Arc<Gateway>>, h: HeaderMap, b: Body| async move {
+            |State(g): State<Arc<Gateway>>, h: call::Incoming, b: Body| async move {
                 call::bidi(
                     &h,
                     b,
@@ -151,7 +151,7 @@ macro_rules! bidi {
 macro_rules! server_stream {
     ($client:ident, $method:ident) => {
         post(
-            |State(g): State<Arc<Gateway>>, h: HeaderMap, b: Bytes| async move {
+            |State(g): State<Arc<Gateway>>, h: call::Incoming, b: Bytes| async move {
                 call::server_stream(
                     &h,
                     &b,
@@ -167,7 +167,7 @@ macro_rules! server_stream {
 /// such fields, and a JSON client may decode strictly.
 fn status() -> Route {
     post(
-        |State(g): State<Arc<Gateway>>, h: HeaderMap, b: Bytes| async move {
+        |State(g): State<Arc<Gateway>>, h: call::Incoming, b: Bytes| async move {
             call::unary(&h, &b, |r| async move {
                 let mut resp = g.services.maintenance().status(r).await?;
                 let s = resp.get_mut();
