@@ -13,7 +13,11 @@ use crate::error::CliError;
 use crate::output::prefix_range_end;
 
 pub async fn add(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 1, "role add command requires role name as its argument")?;
+    exact_args(
+        &a.args,
+        1,
+        "role add command requires role name as its argument",
+    )?;
     let name = a.args[0].clone();
     let req = AuthRoleAddRequest { name: name.clone() };
     let r = connect(ctx).await?.auth().role_add(req).await?.into_inner();
@@ -22,7 +26,11 @@ pub async fn add(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
 }
 
 pub async fn delete(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 1, "role delete command requires role name as its argument")?;
+    exact_args(
+        &a.args,
+        1,
+        "role delete command requires role name as its argument",
+    )?;
     let role = a.args[0].clone();
     let req = AuthRoleDeleteRequest { role: role.clone() };
     let r = connect(ctx)
@@ -36,7 +44,11 @@ pub async fn delete(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
 }
 
 pub async fn get(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 1, "role get command requires role name as its argument")?;
+    exact_args(
+        &a.args,
+        1,
+        "role get command requires role name as its argument",
+    )?;
     let role = a.args[0].clone();
     let req = AuthRoleGetRequest { role: role.clone() };
     let r = connect(ctx).await?.auth().role_get(req).await?.into_inner();

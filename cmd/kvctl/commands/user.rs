@@ -24,7 +24,11 @@ pub(crate) async fn connect(ctx: &Ctx) -> Result<Conn, CliError> {
 }
 
 pub async fn add(ctx: &Ctx, a: UserAddArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 1, "user add command requires user name as its argument")?;
+    exact_args(
+        &a.args,
+        1,
+        "user add command requires user name as its argument",
+    )?;
     let arg = &a.args[0];
     let (user, password) = if a.no_password {
         (arg.clone(), String::new())
@@ -52,7 +56,11 @@ pub async fn add(ctx: &Ctx, a: UserAddArgs) -> Result<i32, CliError> {
 }
 
 pub async fn delete(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 1, "user delete command requires user name as its argument")?;
+    exact_args(
+        &a.args,
+        1,
+        "user delete command requires user name as its argument",
+    )?;
     let name = a.args[0].clone();
     let req = AuthUserDeleteRequest { name: name.clone() };
     let r = connect(ctx)
@@ -66,7 +74,11 @@ pub async fn delete(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
 }
 
 pub async fn get(ctx: &Ctx, a: UserGetArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 1, "user get command requires user name as its argument")?;
+    exact_args(
+        &a.args,
+        1,
+        "user get command requires user name as its argument",
+    )?;
     let name = a.args[0].clone();
     let mut auth = connect(ctx).await?.auth();
     let req = AuthUserGetRequest { name: name.clone() };
@@ -103,7 +115,11 @@ pub async fn list(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
 }
 
 pub async fn passwd(ctx: &Ctx, a: UserPasswdArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 1, "user passwd command requires user name as its argument")?;
+    exact_args(
+        &a.args,
+        1,
+        "user passwd command requires user name as its argument",
+    )?;
     let name = a.args[0].clone();
     let password = if a.interactive {
         password::ask_new(&name)?
@@ -129,7 +145,11 @@ pub async fn passwd(ctx: &Ctx, a: UserPasswdArgs) -> Result<i32, CliError> {
 }
 
 pub async fn grant_role(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 2, "user grant command requires user name and role name as its argument")?;
+    exact_args(
+        &a.args,
+        2,
+        "user grant command requires user name and role name as its argument",
+    )?;
     let (user, role) = (a.args[0].clone(), a.args[1].clone());
     let req = AuthUserGrantRoleRequest {
         user: user.clone(),
@@ -146,7 +166,11 @@ pub async fn grant_role(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
 }
 
 pub async fn revoke_role(ctx: &Ctx, a: NoArgs) -> Result<i32, CliError> {
-    exact_args(&a.args, 2, "user revoke-role requires user name and role name as its argument")?;
+    exact_args(
+        &a.args,
+        2,
+        "user revoke-role requires user name and role name as its argument",
+    )?;
     let (user, role) = (a.args[0].clone(), a.args[1].clone());
     let req = AuthUserRevokeRoleRequest {
         name: user.clone(),
