@@ -88,7 +88,11 @@ one() {
     --key-space-size "$KEYS" --sequential-keys --clients 64 --conns 16 --total "$KEYS" >"$dir/load.json"
   l1=$(date +%s.%N)
   local rev leader_rss
-  rev=$(revision "$ep")
+  for t in $(seq 1 50); do rev=$(revision "$ep"); [[ -n $rev ]] && break; sleep 0.2; done
+  if [[ -z $rev ]]; then
+    echo "$sys: the leader did not report its revision after the load" >&2
+    return 1
+  fi
   leader_rss=$(rss_mib "${MPID[$sys,m0]}" VmRSS)
   # In the background: kvd (openraft's joint consensus) commits the change of a one-member
   # cluster only once the new member answers; etcd commits it at once.

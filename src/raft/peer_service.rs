@@ -136,7 +136,7 @@ impl Peer for PeerService {
         let (vote, meta): (Vote, SnapshotMeta) = unblob(&first.header)?;
         // Into a file, a chunk at a time; checked and installed by the state machine.
         let incoming = self.node.sm.receive_snapshot().map_err(fatal)?;
-        let file = super::snapshot_stream::receive(incoming, first.data, stream).await?;
+        let file = super::snapshot_stream::receive(incoming, &meta, first.data, stream).await?;
         let snapshot = Snapshot {
             meta,
             snapshot: file,

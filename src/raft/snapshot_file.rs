@@ -10,6 +10,7 @@
 //! - Nothing here holds a snapshot in memory: files are written and read one entry (or one
 //!   chunk) at a time.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::os::unix::fs::FileExt;
@@ -158,6 +159,9 @@ pub struct SnapshotFile {
     file: File,
     len: u64,
     path: PathBuf,
+    /// Set for a published snapshot opened to be read (sent, loaded): while it is held,
+    /// [`remove_older`] leaves the file alone, so a send is not cut short by a newer snapshot.
+    _reading: Option<Reading>,
     temp: Option<Temp>,
 }
 
@@ -184,6 +188,7 @@ impl SnapshotFile {
                 file,
                 len,
                 path: path.to_path_buf(),
+                _reading: Some(Reading::new(path)),
                 temp: None,
             },
         ))
@@ -196,6 +201,23 @@ impl SnapshotFile {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Reads the file through once and checks it as [`adopt`] will (checksum, framing, trees)
+    /// and that it holds the snapshot of `meta`. A receiver checks what it assembled before
+    /// openraft sees it: a stream that ended early (the sender's file shrank under it) is then
+    /// an error of that one send, which the leader retries, instead of a failed install, which
+    /// openraft treats as a storage error that stops the member.
+    pub fn check(&self, meta: &SnapshotMeta) -> Result<(), StoreError> {
+        let input = BufReader::with_capacity(IO_BUFFER, File::open(&self.path)?);
+        let found = snapshot_format::verify(input.take(self.len), &self.path)?;
+        if &found != meta {
+            return Err(StoreError::Snapshot {
+                file: self.path.clone(),
+                reason: format!("holds the snapshot of {found:?}, sent as that of {meta:?}"),
+            });
+        }
+        Ok(())
     }
 
     /// Reads `buf.len()` bytes at `offset`. A file removed or shrunk since it was opened
@@ -248,6 +270,7 @@ impl Incoming {
             file: File::open(&path)?,
             len: self.len,
             path,
+            _reading: None,
             temp: Some(self.temp),
         })
     }
@@ -263,6 +286,7 @@ pub fn adopt(snapshot: SnapshotFile, dir: &Path, meta: &SnapshotMeta) -> Result<
         len,
         path,
         temp,
+        ..
     } = snapshot;
     let temp = match temp.filter(|_| path.parent() == Some(dir)) {
         Some(t) => t,
@@ -371,12 +395,46 @@ fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Removes snapshots older than `meta`'s.
+/// The published snapshot files open for reading in this process, with how many holders.
+static READING: std::sync::Mutex<BTreeMap<PathBuf, usize>> = std::sync::Mutex::new(BTreeMap::new());
+
+/// A hold on a published snapshot file: see [`SnapshotFile`]'s `_reading`.
+struct Reading(PathBuf);
+
+impl Reading {
+    fn new(path: &Path) -> Reading {
+        let mut open = READING.lock().unwrap_or_else(|e| e.into_inner());
+        *open.entry(path.to_path_buf()).or_default() += 1;
+        Reading(path.to_path_buf())
+    }
+
+    fn held(path: &Path) -> bool {
+        let open = READING.lock().unwrap_or_else(|e| e.into_inner());
+        open.contains_key(path)
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        let mut open = READING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.0);
+            }
+        }
+    }
+}
+
+/// Removes snapshots older than `meta`'s, except those still open for reading (a send in
+/// progress): shrinking one would cut that send short. They are removed by a later call.
 pub fn remove_older(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
     let keep = dir.join(file_name(meta));
     let mut removed = false;
     for p in snapshot_files(dir)? {
-        if p < keep {
+        if p < keep && Reading::held(&p) {
+            tracing::debug!("snapshot {} is being read; removed later", p.display());
+        } else if p < keep {
             remove_in_steps(&p)?;
             removed = true;
         }
@@ -555,6 +613,30 @@ mod tests {
         let path = d.path().join(file_name(&meta));
         fs::write(&path, &f).unwrap();
         assert_eq!(read_all(&path).unwrap(), (meta, want));
+    }
+
+    /// A snapshot being sent (open for reading) survives a newer snapshot's removal of older
+    /// ones, reads whole to its end, and is removed by the next removal once released; a
+    /// received file cut short is refused by [`SnapshotFile::check`].
+    #[test]
+    fn a_snapshot_being_sent_is_not_cut_short_by_a_newer_one() {
+        let d = tempfile::tempdir().unwrap();
+        let old = write_now(d.path(), &meta_at(10), &entries_of(3000, 1024));
+        let (_, sending) = SnapshotFile::open(&old).unwrap();
+        write_now(d.path(), &meta_at(20), &entries_of(10, 8));
+        remove_older(d.path(), &meta_at(20)).unwrap();
+        assert!(old.exists(), "removed while being sent");
+        let mut all = vec![0u8; sending.len() as usize];
+        sending.read_at(0, &mut all).unwrap();
+        sending.check(&meta_at(10)).unwrap();
+        drop(sending);
+        remove_older(d.path(), &meta_at(20)).unwrap();
+        assert!(!old.exists(), "left behind once released");
+
+        let mut short = Incoming::create(d.path()).unwrap();
+        short.append(&all[..all.len() - 100]).unwrap();
+        let short = short.finish().unwrap();
+        assert!(short.check(&meta_at(10)).is_err());
     }
 
     /// Two removals of the same old snapshots at once (a build and an install, each done

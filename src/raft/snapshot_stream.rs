@@ -7,9 +7,10 @@
 //!   stream back while the peer is behind), the receiver takes the next chunk only once the
 //!   previous one is written.
 //! - The bytes sent are the snapshot file itself, checksum included: the receiver checks the
-//!   file it assembled before anything is installed (`snapshot_file::adopt`), so a stream
-//!   that broke, or a file that shrank under the sender (a newer snapshot replaced it), is
-//!   refused rather than installed.
+//!   file it assembled before openraft sees it (and again in `snapshot_file::adopt`), so a
+//!   stream that broke, or ended early because the file shrank under the sender (a newer
+//!   snapshot replaced it), fails that send only; it is never installed, and never reaches
+//!   openraft's install, where any error stops the member.
 //! - A send that fails is restarted by openraft from the newest snapshot file; nothing is
 //!   rebuilt for it (the file stays until a newer snapshot replaces it).
 
@@ -21,6 +22,7 @@ use tonic::Status;
 use super::error::StoreError;
 use super::limits::SNAPSHOT_CHUNK;
 use super::snapshot_file::{Incoming, SnapshotFile};
+use super::types::SnapshotMeta;
 use crate::proto::kvdpb::SnapshotChunk;
 
 /// Why a send stopped early, if it did (a read of the file failed).
@@ -79,11 +81,13 @@ fn internal(e: impl std::fmt::Display) -> Status {
     Status::internal(e.to_string())
 }
 
-/// Appends `first` and then every chunk of `rest` to `incoming`, and hands the file over
-/// (synced, still a temporary: see `snapshot_file::adopt`). A broken stream or a failed write
-/// drops the temporary.
+/// Appends `first` and then every chunk of `rest` to `incoming`, checks the whole file against
+/// `meta` ([`SnapshotFile::check`]) and hands it over (synced, still a temporary: see
+/// `snapshot_file::adopt`). A broken stream, a failed write or a file that does not check
+/// drops the temporary and fails this send only (`Aborted`: the leader sends again).
 pub async fn receive(
     mut incoming: Incoming,
+    meta: &SnapshotMeta,
     first: Vec<u8>,
     mut rest: impl Stream<Item = Result<SnapshotChunk, Status>> + Unpin,
 ) -> Result<SnapshotFile, Status> {
@@ -102,8 +106,17 @@ pub async fn receive(
             None => break,
         }
     }
-    tokio::task::spawn_blocking(move || incoming.finish())
-        .await
-        .map_err(internal)?
-        .map_err(internal)
+    let meta = meta.clone();
+    tokio::task::spawn_blocking(move || {
+        let file = incoming.finish().map_err(internal)?;
+        match file.check(&meta) {
+            Ok(()) => Ok(file),
+            Err(e) => {
+                tracing::warn!("refused a received snapshot: {e}");
+                Err(Status::aborted(format!("received snapshot refused: {e}")))
+            }
+        }
+    })
+    .await
+    .map_err(internal)?
 }
