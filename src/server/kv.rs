@@ -54,18 +54,21 @@ impl KvService {
 impl Kv for KvService {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
-        let ai = self.ctx.auth_info(req.metadata(), req.extensions()).await?;
-        let r = req.into_inner();
+        let (md, ext, r) = req.into_parts();
         if r.key.is_empty() {
             return Err(ApiError::Mvcc(mvcc::MvccError::EmptyKey).into());
         }
-        let auth = self.ctx.node.sm.auth();
-        auth.check_op(ai.as_ref(), &r.key, &r.range_end, false)
-            .map_err(ApiError::from)?;
         learner::refuse_linearizable_range(&self.ctx.node, r.serializable)?;
         if !r.serializable {
             self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
         }
+        // The token and the permission after the barrier, as etcd's doSerialize: a
+        // linearizable read is judged by the auth state of at least its read index, so a
+        // role revoked or a user deleted through another member counts.
+        let ai = self.ctx.auth_info(&md, &ext).await?;
+        let auth = self.ctx.node.sm.auth();
+        auth.check_op(ai.as_ref(), &r.key, &r.range_end, false)
+            .map_err(ApiError::from)?;
         let mut resp = self.ctx.node.sm.range(&r).await.map_err(ApiError::from)?;
         // The revision the data was read at; the store may have moved on since.
         resp.header = self.ctx.header(resp.header.map_or(0, |h| h.revision));

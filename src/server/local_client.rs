@@ -275,8 +275,9 @@ impl LocalClient {
             return Err(MvccError::EmptyKey.into());
         }
         mvcc::check_range(&r)?;
-        self.check_read(&r.key, &r.range_end)?;
         self.ctx.node.read_barrier().await?;
+        // After the barrier, as the KV service checks (see kv.rs).
+        self.check_read(&r.key, &r.range_end)?;
         let mut resp = self.ctx.node.sm.range(&r).await?;
         resp.header = self.header(resp.header);
         Ok(resp)
