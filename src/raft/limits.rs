@@ -21,6 +21,12 @@ pub const ENTRY_OVERHEAD: usize = 4 << 10;
 /// holds at most this much plus one last entry.
 pub const REPLICATION_BATCH_BYTES: usize = 8 << 20;
 
+/// The Raft log store keeps the newest entries in memory up to about this many bytes; older
+/// ones (until the next snapshot purges them) are read back from the WAL when a lagging
+/// follower or a slow apply needs them. It bounds the log's memory independently of
+/// `--snapshot-count`.
+pub const LOG_CACHE_BYTES: usize = 16 << 20;
+
 /// Snapshot data is streamed in chunks of this size.
 pub const SNAPSHOT_CHUNK: usize = 4 << 20;
 

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -21,17 +21,50 @@ use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
 use super::error::StoreError;
+use super::limits::LOG_CACHE_BYTES;
 use super::types::{Entry, LogId, TypeConfig, Vote};
 use crate::wal::{Record, Wal, WalBackend};
 
-#[derive(Default)]
 struct LogState_ {
+    /// The newest entries: every one in `(evicted, last]` (the in-memory window).
     entries: BTreeMap<u64, Entry>,
+    /// Approximate bytes held by `entries` (see [`entry_bytes`]).
+    entry_bytes: usize,
+    /// Entries in `(purged, evicted]` are only in the WAL and are read back on demand.
+    evicted: Option<u64>,
+    /// What `entries` may hold before the oldest durable ones are dropped from memory.
+    cache_bytes: usize,
+    last: Option<LogId>,
     vote: Option<Vote>,
     committed: Option<LogId>,
     /// True when `committed` changed since it was last written to the WAL.
     committed_dirty: bool,
     purged: Option<LogId>,
+}
+
+impl Default for LogState_ {
+    fn default() -> Self {
+        LogState_ {
+            entries: BTreeMap::new(),
+            entry_bytes: 0,
+            evicted: None,
+            cache_bytes: LOG_CACHE_BYTES,
+            last: None,
+            vote: None,
+            committed: None,
+            committed_dirty: false,
+            purged: None,
+        }
+    }
+}
+
+/// The memory an entry costs in the window: its command plus the entry and map slot.
+fn entry_bytes(e: &Entry) -> usize {
+    let payload = match &e.payload {
+        openraft::EntryPayload::Normal(c) => c.0.len(),
+        _ => 0,
+    };
+    payload + 128
 }
 
 impl LogState_ {
@@ -43,6 +76,65 @@ impl LogState_ {
             return None;
         }
         Some(Record::Committed(encode(&self.committed)))
+    }
+
+    /// The first index the log may still hold.
+    fn first_live(&self) -> u64 {
+        self.purged.map_or(0, |l| l.index + 1)
+    }
+
+    /// The first index held in memory (if the log reaches it).
+    fn first_in_memory(&self) -> u64 {
+        self.evicted.map_or(0, |i| i + 1)
+    }
+
+    fn insert(&mut self, e: Entry) {
+        self.entry_bytes += entry_bytes(&e);
+        self.last = Some(e.log_id());
+        if let Some(old) = self.entries.insert(e.index(), e) {
+            self.entry_bytes -= entry_bytes(&old);
+        }
+    }
+
+    /// Drops every entry after `index` (None: all).
+    fn truncate_after(&mut self, index: Option<u64>) {
+        let from = index.map_or(0, |i| i + 1);
+        for e in self.entries.split_off(&from).values() {
+            self.entry_bytes -= entry_bytes(e);
+        }
+        self.evicted = match index {
+            None => None,
+            Some(i) => self.evicted.map(|e| e.min(i)),
+        };
+    }
+
+    /// Drops every entry at or below `log_id`.
+    fn purge(&mut self, log_id: LogId) {
+        let keep = self.entries.split_off(&(log_id.index + 1));
+        for e in std::mem::replace(&mut self.entries, keep).values() {
+            self.entry_bytes -= entry_bytes(e);
+        }
+        self.evicted = Some(self.evicted.map_or(log_id.index, |e| e.max(log_id.index)));
+        self.purged = Some(log_id);
+        if self.last.is_none_or(|l| l.index < log_id.index) {
+            self.last = Some(log_id);
+        }
+    }
+
+    /// Drops the oldest entries at or below `durable` from memory while the window is over
+    /// its budget. The newest entry always stays: it is the log's last id.
+    fn evict(&mut self, durable: u64) {
+        while self.entry_bytes > self.cache_bytes && self.entries.len() > 1 {
+            let Some(entry) = self.entries.first_entry() else {
+                break;
+            };
+            if *entry.key() > durable {
+                break;
+            }
+            let (index, e) = entry.remove_entry();
+            self.entry_bytes -= entry_bytes(&e);
+            self.evicted = Some(index);
+        }
     }
 }
 
@@ -92,24 +184,52 @@ impl LogStore {
                 Record::Entry { index, data } => {
                     let e: Entry = decode("entry", &data)?;
                     debug_assert_eq!(e.index(), index);
-                    st.entries.insert(index, e);
+                    st.truncate_after(index.checked_sub(1));
+                    st.insert(e);
+                    // Every recovered entry is durable: keep only the window in memory.
+                    st.evict(index);
                 }
                 Record::Vote(b) => st.vote = Some(decode("vote", &b)?),
                 Record::Committed(b) => st.committed = decode("committed", &b)?,
-                Record::TruncateAfter { index } => {
-                    let from = index.map_or(0, |i| i + 1);
-                    st.entries.split_off(&from);
-                }
+                Record::TruncateAfter { index } => st.truncate_after(index),
                 Record::PurgeUpTo { index, data } => {
-                    st.entries = st.entries.split_off(&(index + 1));
-                    st.purged = Some(decode("purge", &data)?);
+                    let purged: LogId = decode("purge", &data)?;
+                    debug_assert_eq!(purged.index, index);
+                    st.purge(purged);
                 }
             }
         }
+        // The last id after the replay: the newest entry in memory, else the newest one only
+        // the WAL holds (a truncation below the window), else the purge point.
+        st.last = match st.entries.values().next_back() {
+            Some(e) => Some(e.log_id()),
+            None if st.evicted.is_some_and(|e| e >= st.first_live()) => {
+                let i = st.evicted.unwrap_or_default();
+                let data =
+                    wal.read_entries(i..i + 1, 1)?
+                        .pop()
+                        .ok_or_else(|| StoreError::Decode {
+                            what: "entry".into(),
+                            reason: format!("entry {i} is not in the WAL"),
+                        })?;
+                Some(decode::<Entry>("entry", &data)?.log_id())
+            }
+            None => st.purged,
+        };
         Ok(LogStore {
             state: Arc::new(Mutex::new(st)),
             wal: Arc::new(wal),
         })
+    }
+
+    /// Keeps about `bytes` of the newest entries in memory (`--experimental-raft-log-cache-
+    /// bytes`); the rest stay readable from the WAL. Call it before Raft starts: every entry
+    /// held then was recovered from the WAL, so all of them are durable.
+    pub fn set_cache_bytes(&self, bytes: usize) {
+        let mut st = self.state.lock().unwrap();
+        st.cache_bytes = bytes;
+        let durable = st.entries.keys().next_back().copied().unwrap_or(0);
+        st.evict(durable);
     }
 
     /// Makes the latest committed id durable (graceful stop), so a restart re-applies up to it.
@@ -128,13 +248,53 @@ impl LogStore {
 
     /// Last log index held (or purged up to).
     pub fn last_index(&self) -> u64 {
-        let st = self.state.lock().unwrap();
-        st.entries
-            .keys()
-            .next_back()
-            .copied()
-            .or(st.purged.as_ref().map(|l| l.index))
-            .unwrap_or(0)
+        self.state.lock().unwrap().last.map_or(0, |l| l.index)
+    }
+
+    /// Entries `start..end` (in order, stopping early at `max_bytes` of commands or at an
+    /// entry purged meanwhile): the older ones read back from the WAL, the rest from memory.
+    fn read_range(&self, start: u64, end: u64, max_bytes: usize) -> Result<Vec<Entry>, io::Error> {
+        // Memory first, under the lock; the WAL part after it, without the lock (disk reads
+        // must not stall appends and flush callbacks). Entries move only from memory to the
+        // WAL, so what the WAL holds below `evicted` stays put meanwhile.
+        let (disk, mem) = {
+            let st = self.state.lock().unwrap();
+            let start = start.max(st.first_live());
+            let end = end.max(start);
+            let split = start.max(st.first_in_memory()).min(end);
+            let mut mem = Vec::new();
+            let mut bytes = 0usize;
+            for e in st.entries.range(split..end) {
+                if bytes >= max_bytes {
+                    break;
+                }
+                bytes += command_len(e.1);
+                mem.push(e.1.clone());
+            }
+            (start..split, mem)
+        };
+        if disk.is_empty() {
+            return Ok(mem);
+        }
+        let last_on_disk = disk.end - 1;
+        let mut out = Vec::with_capacity(mem.len() + 64);
+        let mut bytes = 0usize;
+        for data in self.wal.read_entries(disk, max_bytes).map_err(io_err)? {
+            let e: Entry = decode("entry", &data).map_err(io_err)?;
+            bytes += command_len(&e);
+            out.push(e);
+        }
+        // A short read (a purge meanwhile, or the byte limit) ends the result there.
+        if out.last().is_some_and(|e| e.index() == last_on_disk) && bytes < max_bytes {
+            for e in mem {
+                if bytes >= max_bytes {
+                    break;
+                }
+                bytes += command_len(&e);
+                out.push(e);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -143,8 +303,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
-        let st = self.state.lock().unwrap();
-        Ok(st.entries.range(range).map(|(_, e)| e.clone()).collect())
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => u64::MAX,
+        };
+        self.read_range(start, end, usize::MAX)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -157,20 +326,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
         end: u64,
     ) -> Result<Vec<Entry>, io::Error> {
         // Bound one replication message so batches stay under the peer message limit.
-        const MAX_BYTES: usize = super::limits::REPLICATION_BATCH_BYTES;
-        let st = self.state.lock().unwrap();
-        let mut out = Vec::new();
-        let mut bytes = 0usize;
-        for (_, e) in st.entries.range(start..end) {
-            if let openraft::EntryPayload::Normal(c) = &e.payload {
-                bytes += c.0.len();
-            }
-            out.push(e.clone());
-            if bytes >= MAX_BYTES {
-                break;
-            }
-        }
-        Ok(out)
+        self.read_range(start, end, super::limits::REPLICATION_BATCH_BYTES)
+    }
+}
+
+/// The bytes of an entry's command (0 for membership and blank entries).
+fn command_len(e: &Entry) -> usize {
+    match &e.payload {
+        openraft::EntryPayload::Normal(c) => c.0.len(),
+        _ => 0,
     }
 }
 
@@ -179,15 +343,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let st = self.state.lock().unwrap();
-        let last = st
-            .entries
-            .values()
-            .next_back()
-            .map(|e| e.log_id())
-            .or(st.purged);
         Ok(LogState {
             last_purged_log_id: st.purged,
-            last_log_id: last,
+            last_log_id: st.last,
         })
     }
 
@@ -236,19 +394,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         {
             let mut st = self.state.lock().unwrap();
             records.extend(st.take_committed());
+            let mut newest = 0;
             for e in entries {
+                newest = e.index();
                 records.push(Record::Entry {
                     index: e.index(),
                     data: encode(&e),
                 });
-                st.entries.insert(e.index(), e);
+                st.insert(e);
             }
+            // Once these entries are durable they may leave memory (the WAL holds them).
+            let state = Arc::downgrade(&self.state);
+            let done = move |res: Result<(), crate::wal::WalError>| {
+                if res.is_ok() {
+                    if let Some(state) = state.upgrade() {
+                        state.lock().unwrap().evict(newest);
+                    }
+                }
+                callback.io_completed(res.map_err(io_err));
+            };
             // Submitting under the lock keeps WAL order equal to in-memory order even if two
-            // appends raced (openraft serializes them, this is belt and braces).
-            self.wal.submit(
-                records,
-                Box::new(move |res| callback.io_completed(res.map_err(io_err))),
-            );
+            // appends raced (openraft serializes them, this is belt and braces). `done` takes
+            // the lock only on success, which `submit` never reports on this thread.
+            self.wal.submit(records, Box::new(done));
         }
         Ok(())
     }
@@ -257,7 +425,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let index = last_log_id.map(|l| l.index);
         {
             let mut st = self.state.lock().unwrap();
-            st.entries.split_off(&index.map_or(0, |i| i + 1));
+            st.truncate_after(index);
+            if st.last.is_some_and(|l| index.is_none_or(|i| l.index > i)) {
+                st.last = last_log_id.or(st.purged);
+            }
         }
         self.wal
             .write(vec![Record::TruncateAfter { index }])
@@ -273,9 +444,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }])
             .await
             .map_err(io_err)?;
-        let mut st = self.state.lock().unwrap();
-        st.entries = st.entries.split_off(&(log_id.index + 1));
-        st.purged = Some(log_id);
+        self.state.lock().unwrap().purge(log_id);
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "log_store_tests.rs"]
+mod tests;

@@ -168,6 +168,15 @@ pub struct Flags {
         default_value_t = crate::mvcc::EngineOptions::DEFAULT_CACHE_BYTES
     )]
     pub experimental_backend_cache_bytes: u64,
+    /// Bytes of the newest Raft log entries kept in memory (kvd only). Older entries, until
+    /// the next snapshot purges them, are read back from the WAL when a lagging follower or a
+    /// slow apply needs them.
+    #[arg(
+        long,
+        env = "KVD_EXPERIMENTAL_RAFT_LOG_CACHE_BYTES",
+        default_value_t = crate::raft::limits::LOG_CACHE_BYTES as u64
+    )]
+    pub experimental_raft_log_cache_bytes: u64,
     // Authentication (issue 19)
     /// Auth token kind: `simple`, or `jwt,pub-key=...,priv-key=...,sign-method=RS256[,ttl=5m]`.
     #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
@@ -270,6 +279,8 @@ pub struct Config {
     // Memory budget (issue 20)
     /// How the storage engine is opened (`--experimental-backend-cache-bytes`).
     pub engine: crate::mvcc::EngineOptions,
+    /// `--experimental-raft-log-cache-bytes`.
+    pub raft_log_cache_bytes: usize,
     // Authentication (issue 19)
     pub auth: AuthConfig,
 }
@@ -746,6 +757,8 @@ impl Flags {
             engine: crate::mvcc::EngineOptions {
                 cache_bytes: self.experimental_backend_cache_bytes,
             },
+            raft_log_cache_bytes: usize::try_from(self.experimental_raft_log_cache_bytes)
+                .unwrap_or(usize::MAX),
             // Authentication (issue 19)
             auth: AuthConfig::parse(&self.auth_token, self.auth_token_ttl, self.bcrypt_cost)?,
         })
@@ -1102,6 +1115,9 @@ mod tests {
         assert_eq!(c.engine.cache_bytes, 1 << 20);
         // Below the minimum: refused at start, not a panic inside the engine.
         assert!(flags(&["--experimental-backend-cache-bytes=255"]).is_err());
+        assert_eq!(c.raft_log_cache_bytes, crate::raft::limits::LOG_CACHE_BYTES);
+        let c = flags(&["--experimental-raft-log-cache-bytes=0"]).unwrap();
+        assert_eq!(c.raft_log_cache_bytes, 0);
         assert!(flags(&["--experimental-backend-cache-bytes=-1"]).is_err());
     }
 }

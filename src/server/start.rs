@@ -141,6 +141,7 @@ pub async fn start_raft(
     links: &Links,
 ) -> Result<RaftNode, ServerError> {
     let log = LogStore::open_on(&member.dir.join("wal"), &cfg.wal)?;
+    log.set_cache_bytes(cfg.raft_log_cache_bytes);
     let sm = StateMachine::open_with(&member.dir.join("sm"), cfg.engine)?;
     sm.roll_back_if_ahead_of(log.last_index())?;
     if cfg.force_new_cluster && !member.fresh {

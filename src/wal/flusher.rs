@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use super::format::{self, HEADER_LEN};
 use super::fs::{WalFile, WalFs};
+use super::locator::Loc;
 use super::recovery::{create_segment, SegmentInfo};
 use super::{segment_path, Record, Shared, Submission, WalError, WalOptions};
 
@@ -125,8 +126,11 @@ impl Flusher {
         }
         let mut purge_to = None;
         let cur = self.segments.back_mut().expect("current segment");
+        // Where each submitted record's frame starts, for the locator once the bytes are written.
+        let mut starts = Vec::with_capacity(batch.iter().map(|p| p.records.len()).sum());
         for p in batch {
             for r in &p.records {
+                starts.push(batch_start + buf.len() as u64);
                 encode(r, &mut buf)?;
                 n_records += 1;
                 match r {
@@ -143,8 +147,10 @@ impl Flusher {
                 }
             }
         }
+        let records_end = batch_start + buf.len() as u64;
         format::encode_batch_end(batch_start, &mut buf);
         self.file.append(&buf)?;
+        self.locate(batch, &starts, records_end);
         if !self.opts.unsafe_no_fsync {
             let t = Instant::now();
             self.file.sync_data()?;
@@ -157,6 +163,19 @@ impl Flusher {
             self.buf = buf;
         }
         Ok(purge_to)
+    }
+
+    /// Tells the locator where this batch's records landed (`starts`: each record's frame
+    /// offset, in batch order; `end`: where the last one ends).
+    fn locate(&self, batch: &[Submission], starts: &[u64], end: u64) {
+        let seq = self.segments.back().expect("current segment").seq;
+        let mut locator = self.shared.locator();
+        let records = batch.iter().flat_map(|p| &p.records);
+        let ends = starts.iter().skip(1).copied().chain([end]);
+        for ((r, &offset), end) in records.zip(starts).zip(ends) {
+            let len = (end - offset) as u32;
+            locator.observe(r, Loc { seq, offset, len });
+        }
     }
 
     fn state_records(&self) -> Vec<Record> {

@@ -24,6 +24,15 @@ pub trait WalFs: Send + Sync {
     /// File names (not paths) in `dir`.
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// `len` bytes of `path` from `offset` (an error if the file is shorter).
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let data = self.read_file(path)?;
+        usize::try_from(offset)
+            .ok()
+            .and_then(|o| data.get(o..o.checked_add(len)?))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"))
+    }
     /// Creates a new, empty file; fails if it already exists.
     fn create_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>>;
     /// Opens an existing file for writing at its end.
@@ -81,6 +90,11 @@ impl WalFs for RealFs {
     }
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
         std::fs::read(path)
+    }
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        File::open(path)?.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
     }
     fn create_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
         let file = OpenOptions::new().write(true).create_new(true).open(path)?;

@@ -94,6 +94,7 @@ pub mod diskcheck;
 mod flusher;
 pub mod format;
 pub mod fs;
+mod locator;
 mod recovery;
 #[cfg(any(test, feature = "testkit"))]
 pub mod simfs;
@@ -311,6 +312,7 @@ pub(crate) struct Shared {
     queue: Mutex<Queue>,
     cv: Condvar,
     stats: Stats,
+    locator: Mutex<locator::Locator>,
 }
 
 impl Shared {
@@ -318,10 +320,18 @@ impl Shared {
         // A panicking callback must not wedge every other caller.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn locator(&self) -> MutexGuard<'_, locator::Locator> {
+        // Each update is one whole record; a panic cannot leave one half-applied.
+        self.locator.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 struct Inner {
     shared: Arc<Shared>,
+    /// For reading entries back ([`Wal::read_entries`]).
+    fs: Arc<dyn WalFs>,
+    dir: PathBuf,
     thread: Mutex<Option<JoinHandle<()>>>,
     thread_id: ThreadId,
 }
@@ -395,9 +405,10 @@ impl Wal {
             queue: Mutex::new(Queue::default()),
             cv: Condvar::new(),
             stats: Stats::default(),
+            locator: Mutex::new(rec.locator),
         });
         let flusher = flusher::Flusher {
-            fs,
+            fs: fs.clone(),
             dir: dir.to_path_buf(),
             opts,
             file: rec.file,
@@ -417,6 +428,8 @@ impl Wal {
             .spawn(move || flusher.run())?;
         let inner = Inner {
             shared,
+            fs,
+            dir: dir.to_path_buf(),
             thread_id: handle.thread().id(),
             thread: Mutex::new(Some(handle)),
         };
@@ -485,6 +498,66 @@ impl Wal {
             }),
         );
         rx.await.unwrap_or(Err(WalError::Closed))
+    }
+
+    /// Reads back the data of the entries in `range` from the segment files, in index order:
+    /// from the first index of the range the WAL holds, until the range ends, their data
+    /// reaches `max_bytes` (at least one entry), or an index is not (or no longer) in the
+    /// WAL. Callers ask only for entries whose write completed; entries purged meanwhile end
+    /// the result early.
+    pub fn read_entries(
+        &self,
+        range: std::ops::Range<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, WalError> {
+        /// One read covers at most this span of a segment.
+        const MAX_SPAN: u64 = 8 << 20;
+        let locs = self.inner.shared.locator().lookup(range);
+        let mut out = Vec::with_capacity(locs.len());
+        let mut bytes = 0usize;
+        let mut rest = &locs[..];
+        while let Some(&(_, first)) = rest.first() {
+            // The run of entries in the same segment that one read of a bounded span covers.
+            let n = rest
+                .iter()
+                .take_while(|(_, l)| l.seq == first.seq && l.end() - first.offset <= MAX_SPAN)
+                .count()
+                .max(1);
+            let (run, tail) = rest.split_at(n);
+            rest = tail;
+            let end = run.last().map_or(first.end(), |(_, l)| l.end());
+            let path = segment_path(&self.inner.dir, first.seq);
+            let span =
+                match self
+                    .inner
+                    .fs
+                    .read_at(&path, first.offset, (end - first.offset) as usize)
+                {
+                    Ok(b) => b,
+                    // Purged (the segment unlinked) since the lookup.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) => return Err(WalError::Io(e)),
+                };
+            for (index, loc) in run {
+                let at = (loc.offset - first.offset) as usize;
+                let corrupt = |reason: String| WalError::Corrupt {
+                    file: path.clone(),
+                    offset: loc.offset,
+                    reason,
+                };
+                match format::decode_frame(&span, at).map_err(corrupt)? {
+                    (format::Frame::Record(Record::Entry { index: i, data }), _) if i == *index => {
+                        bytes += data.len();
+                        out.push(data);
+                    }
+                    _ => return Err(corrupt(format!("not the frame of entry {index}"))),
+                }
+                if bytes >= max_bytes {
+                    return Ok(out);
+                }
+            }
+        }
+        Ok(out)
     }
 
     pub fn stats(&self) -> WalStats {

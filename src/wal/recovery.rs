@@ -42,6 +42,7 @@ use std::sync::Arc;
 
 use super::format::{self, Frame, HeaderProblem, FRAME_HEADER_LEN, HEADER_LEN};
 use super::fs::{create_dir_durable, WalFile, WalFs};
+use super::locator::{Loc, Locator};
 use super::{segment_path, Record, WalError};
 
 /// What the flusher needs to know about one surviving segment.
@@ -54,6 +55,8 @@ pub(crate) struct SegmentInfo {
 
 pub(crate) struct Recovered {
     pub records: Vec<Record>,
+    /// Where the surviving entries are.
+    pub locator: Locator,
     /// Surviving segments, oldest first; the last one is open as `file`.
     pub segments: Vec<SegmentInfo>,
     pub file: Box<dyn WalFile>,
@@ -74,6 +77,7 @@ fn io_ctx(e: std::io::Error) -> WalError {
 /// The result of reading the segments, before anything on disk is changed.
 struct Scan {
     records: Vec<Record>,
+    locator: Locator,
     segments: Vec<SegmentInfo>,
     /// Truncate the last segment in `segments` to this length (a torn tail).
     truncate_to: Option<(u64, String)>,
@@ -125,6 +129,7 @@ pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalE
     }
     let Scan {
         records,
+        locator,
         mut segments,
         truncate_to,
         ..
@@ -158,6 +163,7 @@ pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalE
     };
     Ok(Recovered {
         records,
+        locator,
         segments,
         file,
     })
@@ -167,6 +173,7 @@ pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalE
 fn scan(fs: &Arc<dyn WalFs>, dir: &Path, seqs: &[u64]) -> Result<Scan, WalError> {
     let mut out = Scan {
         records: Vec::new(),
+        locator: Locator::default(),
         segments: Vec::new(),
         truncate_to: None,
         torn_segment: None,
@@ -198,7 +205,14 @@ fn scan(fs: &Arc<dyn WalFs>, dir: &Path, seqs: &[u64]) -> Result<Scan, WalError>
                 return Err(WalError::BadHeader { file: path, reason })
             }
         }
-        let (info, torn) = scan_frames(&path, &data, seq, later.as_deref(), &mut out.records)?;
+        let (info, torn) = scan_frames(
+            &path,
+            &data,
+            seq,
+            later.as_deref(),
+            &mut out.records,
+            &mut out.locator,
+        )?;
         out.segments.push(info);
         if let Some(t) = torn {
             out.truncate_to = Some(t);
@@ -215,6 +229,7 @@ fn scan_frames(
     seq: u64,
     later_segment: Option<&Path>,
     records: &mut Vec<Record>,
+    locator: &mut Locator,
 ) -> Result<(SegmentInfo, Option<(u64, String)>), WalError> {
     let mut info = SegmentInfo {
         seq,
@@ -228,6 +243,12 @@ fn scan_frames(
                     if let Record::Entry { index, .. } = rec {
                         info.max_entry = Some(info.max_entry.map_or(index, |m| m.max(index)));
                     }
+                    let loc = Loc {
+                        seq,
+                        offset: pos as u64,
+                        len: (next - pos) as u32,
+                    };
+                    locator.observe(&rec, loc);
                     records.push(rec);
                 }
                 pos = next;
@@ -329,8 +350,8 @@ fn check_hole(
                 path.display()
             )));
         }
-        let mut ignored = Vec::new();
-        let (info, torn) = scan_frames(&path, &data, seq, None, &mut ignored)?;
+        let (mut ignored, mut unused) = (Vec::new(), Locator::default());
+        let (info, torn) = scan_frames(&path, &data, seq, None, &mut ignored, &mut unused)?;
         if let Some((off, reason)) = torn {
             return Err(refuse(format!(
                 "{} is unreadable at offset {off} ({reason})",
