@@ -477,8 +477,9 @@ async fn new_leader_allows_membership_changes_at_once() {
 /// Adding a second voter to a one-member cluster: etcd 3.4 answers at once (its conf change
 /// commits under the old configuration), though from then on the cluster needs the new member
 /// for a quorum. kvd answers as soon, before the new member is started (openraft cannot commit
-/// the change without it: the answer waits only for the old voters), lists it unstarted, and
-/// once it has started and caught up by a snapshot both members serve linearizable reads.
+/// the change without it: the answer waits only for the old voters), lists it unstarted, keeps
+/// the change when the leader is killed right after answering, and once the new member has
+/// started and caught up by a snapshot both members serve linearizable reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adding_a_second_voter_answers_before_the_new_member_starts() {
     let flags = [
@@ -516,6 +517,10 @@ async fn adding_a_second_voter_answers_before_the_new_member_starts() {
     let listed = listed.unwrap_or_else(|| panic!("not listed: {list:?}"));
     assert!(listed.name.is_empty() && listed.client_ur_ls.is_empty() && !listed.is_learner);
 
+    // The answer means the change is durable: killed now (the commit still waits for m1), the
+    // leader restarts with it and the cluster needs m1 to elect.
+    c.kill(0);
+    c.spawn(0);
     c.members[n].join = Some(common::initial_cluster_for(&resp, "m1"));
     c.spawn(n);
     let deadline = Instant::now() + Duration::from_secs(60);
