@@ -106,9 +106,8 @@ async fn survivor_forced_into_a_new_cluster_keeps_every_acked_write_and_grows_ag
     assert_eq!(members(&c, survivor).await, [survivor_id]);
     assert_acked(&c, survivor, &acked).await;
 
-    // Grows again: a new member is added (as a learner: a one-member cluster's voter add
-    // waits for the new member to commit the joint configuration), started, catches up and
-    // is promoted.
+    // Grows again: a new member is added as a learner (the runbook's way, see
+    // docs/decisions/0019), started, catches up and is promoted.
     let n = c.new_member("m3");
     let resp = c
         .cluster(survivor)

@@ -1,7 +1,8 @@
 //! Run-time membership changes on real `kvd` processes: etcd's strict reconfiguration checks
 //! (refused and allowed cases), replacing a dead member through a learner, removing the leader,
 //! the removed member's exit (also when it was removed while down), changes allowed at once by
-//! a new leader, and membership changes under client load without losing an acknowledged write.
+//! a new leader, a second voter added before it starts (answered at once, as etcd), and
+//! membership changes under client load without losing an acknowledged write.
 
 mod common;
 
@@ -471,6 +472,98 @@ async fn new_leader_allows_membership_changes_at_once() {
     let took = known.elapsed();
     assert!(took < Duration::from_secs(2), "changes took {took:?}");
     remove(&c, leader, learner).await.unwrap();
+}
+
+/// Adding a second voter to a one-member cluster: etcd 3.4 answers at once (its conf change
+/// commits under the old configuration), though from then on the cluster needs the new member
+/// for a quorum. kvd answers as soon, before the new member is started (openraft cannot commit
+/// the change without it: the answer waits only for the old voters), lists it unstarted, keeps
+/// the change when the leader is killed right after answering, and once the new member has
+/// started and caught up by a snapshot both members serve linearizable reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_second_voter_answers_before_the_new_member_starts() {
+    let flags = [
+        "--snapshot-count=500",
+        "--experimental-snapshot-catchup-entries=100",
+    ];
+    let mut c = Cluster::start_opts(1, false, &flags).await;
+    let mut w = c.kv(0).await;
+    for i in 0..1500 {
+        put(&mut w, &format!("k{i:04}"), &"v".repeat(1024))
+            .await
+            .unwrap();
+    }
+    let n = c.new_member("m1");
+    let asked = Instant::now();
+    let resp = add(&c, 0, &[c.members[n].peer_url()], false)
+        .await
+        .unwrap_or_else(|e| panic!("member add after {:?}: {e:?}", asked.elapsed()));
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(1), "member add took {took:?}");
+    let new = resp.member.clone().unwrap();
+    assert!(!new.is_learner);
+    assert_eq!(resp.members.len(), 2, "{resp:?}");
+
+    let list = c
+        .cluster(0)
+        .await
+        .member_list(MemberListRequest {
+            linearizable: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let listed = list.members.iter().find(|m| m.id == new.id);
+    let listed = listed.unwrap_or_else(|| panic!("not listed: {list:?}"));
+    assert!(listed.name.is_empty() && listed.client_ur_ls.is_empty() && !listed.is_learner);
+
+    // The answer means the change is durable: killed now (the commit still waits for m1), the
+    // leader restarts with it and the cluster needs m1 to elect.
+    c.kill(0);
+    c.spawn(0);
+    c.members[n].join = Some(common::initial_cluster_for(&resp, "m1"));
+    c.spawn(n);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in [0, n] {
+        loop {
+            let got = match tokio::time::timeout(Duration::from_secs(3), c.kv(i)).await {
+                Ok(mut kv) => tokio::time::timeout(Duration::from_secs(3), get(&mut kv, "k1499"))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten(),
+                Err(_) => None,
+            };
+            if let Some(v) = got {
+                assert_eq!(v, "v".repeat(1024));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "member {i} serves no linearizable read\n{}",
+                c.log_of(n)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert!(
+        c.log_of(n).contains("installed snapshot"),
+        "the new member did not catch up by a snapshot\n{}",
+        c.log_of(n)
+    );
+    let list = c
+        .cluster(n)
+        .await
+        .member_list(MemberListRequest { linearizable: true })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        list.members
+            .iter()
+            .all(|m| !m.name.is_empty() && !m.is_learner),
+        "{list:?}"
+    );
 }
 
 /// A member removed while it was down learns of it from its peers when restarted, logs what

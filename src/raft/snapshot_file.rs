@@ -5,8 +5,13 @@
 //!   received), fdatasynced every [`SYNC_EVERY`] bytes, synced, renamed into place, and the
 //!   directory synced: a crash leaves either the old set of snapshots or the new one, never a
 //!   partial file under a final name. Temporaries are removed when the state machine opens.
-//! - Only a file read through once and found whole ([`adopt`]) is renamed to a final name, so
+//! - Only a file read through once and found whole is renamed to a final name ([`adopt`]), so
 //!   the newest snapshot, which a restart may load, always loads.
+//! - A file is read through to check it once per process: a received file checked by
+//!   [`SnapshotFile::check`] carries a [`Checked`] (which only that read makes) and [`adopt`]
+//!   does not read it again; any other file (opened from disk, copied from elsewhere) is read
+//!   through by [`adopt`]. Between the check and the install the file is this process's own
+//!   temporary, which nothing else writes.
 //! - Nothing here holds a snapshot in memory: files are written and read one entry (or one
 //!   chunk) at a time.
 
@@ -163,6 +168,15 @@ pub struct SnapshotFile {
     /// [`remove_older`] leaves the file alone, so a send is not cut short by a newer snapshot.
     _reading: Option<Reading>,
     temp: Option<Temp>,
+    /// Set only by [`SnapshotFile::check`], which read this file through.
+    checked: Option<Checked>,
+}
+
+/// The fact that this process read a snapshot file through and found it whole, holding the
+/// snapshot of `meta`. Only [`SnapshotFile::check`] makes one (its field is private to this
+/// module), so no caller can mark a file checked without reading it.
+struct Checked {
+    meta: SnapshotMeta,
 }
 
 impl std::fmt::Debug for SnapshotFile {
@@ -190,6 +204,7 @@ impl SnapshotFile {
                 path: path.to_path_buf(),
                 _reading: Some(Reading::new(path)),
                 temp: None,
+                checked: None,
             },
         ))
     }
@@ -203,21 +218,16 @@ impl SnapshotFile {
         self.len == 0
     }
 
-    /// Reads the file through once and checks it as [`adopt`] will (checksum, framing, trees)
-    /// and that it holds the snapshot of `meta`. A receiver checks what it assembled before
-    /// openraft sees it: a stream that ended early (the sender's file shrank under it) is then
-    /// an error of that one send, which the leader retries, instead of a failed install, which
-    /// openraft treats as a storage error that stops the member.
-    pub fn check(&self, meta: &SnapshotMeta) -> Result<(), StoreError> {
-        let input = BufReader::with_capacity(IO_BUFFER, File::open(&self.path)?);
-        let found = snapshot_format::verify(input.take(self.len), &self.path)?;
-        if &found != meta {
-            return Err(StoreError::Snapshot {
-                file: self.path.clone(),
-                reason: format!("holds the snapshot of {found:?}, sent as that of {meta:?}"),
-            });
-        }
-        Ok(())
+    /// Reads the file through once, checks it (checksum, framing, trees: see
+    /// `snapshot_format::verify`) and that it holds the snapshot of `meta`, and returns it
+    /// marked as checked, so that [`adopt`] does not read it again. A receiver checks what it
+    /// assembled before openraft sees it: a stream that ended early (the sender's file shrank
+    /// under it) is then an error of that one send, which the leader retries, instead of a
+    /// failed install, which openraft treats as a storage error that stops the member.
+    pub fn check(mut self, meta: &SnapshotMeta) -> Result<SnapshotFile, StoreError> {
+        read_through(&self.path, self.len, meta)?;
+        self.checked = Some(Checked { meta: meta.clone() });
+        Ok(self)
     }
 
     /// Reads `buf.len()` bytes at `offset`. A file removed or shrunk since it was opened
@@ -272,23 +282,47 @@ impl Incoming {
             path,
             _reading: None,
             temp: Some(self.temp),
+            checked: None,
         })
     }
 }
 
+/// Checks the first `len` bytes of the file at `path` (see `snapshot_format::verify`) and
+/// that they hold the snapshot of `meta`.
+fn read_through(path: &Path, len: u64, meta: &SnapshotMeta) -> Result<(), StoreError> {
+    let input = BufReader::with_capacity(IO_BUFFER, Input::open(path)?);
+    let found = snapshot_format::verify(input.take(len), path)?;
+    if &found != meta {
+        return Err(StoreError::Snapshot {
+            file: path.to_path_buf(),
+            reason: format!("holds the snapshot of {found:?}, sent as that of {meta:?}"),
+        });
+    }
+    Ok(())
+}
+
 /// Readies `snapshot` (of `meta`) to be put in place in `dir`, once it is found whole: read
 /// through once, checksum, framing and trees (see `snapshot_format::verify`), with `meta` in
-/// it. A received temporary in `dir` is used as it is; any other file (another member's, in
-/// tests) is copied (paced) into a temporary first. [`Built::publish`] renames it.
+/// it. A received temporary in `dir` is used as it is, and not read again if
+/// [`SnapshotFile::check`] found it whole with this `meta`; any other file (another member's,
+/// in tests) is copied (paced) into a temporary first. [`Built::publish`] renames it.
 pub fn adopt(snapshot: SnapshotFile, dir: &Path, meta: &SnapshotMeta) -> Result<Built, StoreError> {
     let SnapshotFile {
         file,
         len,
         path,
         temp,
+        checked,
         ..
     } = snapshot;
     let temp = match temp.filter(|_| path.parent() == Some(dir)) {
+        Some(t) if checked.is_some_and(|c| &c.meta == meta) => {
+            return Ok(Built {
+                temp: t,
+                dst: dir.join(file_name(meta)),
+                bytes: len,
+            })
+        }
         Some(t) => t,
         None => {
             let (temp, out) = incoming_temp(dir)?;
@@ -311,14 +345,7 @@ pub fn adopt(snapshot: SnapshotFile, dir: &Path, meta: &SnapshotMeta) -> Result<
         }
     };
     let tmp_path = temp.path.clone().expect("not renamed yet");
-    let input = BufReader::with_capacity(IO_BUFFER, File::open(&tmp_path)?);
-    let found = snapshot_format::verify(input.take(len), &tmp_path)?;
-    if &found != meta {
-        return Err(StoreError::Snapshot {
-            file: tmp_path,
-            reason: format!("holds the snapshot of {found:?}, sent as that of {meta:?}"),
-        });
-    }
+    read_through(&tmp_path, len, meta)?;
     Ok(Built {
         temp,
         dst: dir.join(file_name(meta)),
@@ -328,13 +355,46 @@ pub fn adopt(snapshot: SnapshotFile, dir: &Path, meta: &SnapshotMeta) -> Result<
 
 /// The entries of the snapshot at `path`, read one at a time (checked as
 /// `snapshot_format::Reader` says), with its meta.
-pub fn entries(path: &Path) -> Result<(SnapshotMeta, Reader<BufReader<File>>), StoreError> {
-    Reader::new(BufReader::with_capacity(IO_BUFFER, File::open(path)?), path)
+pub fn entries(path: &Path) -> Result<(SnapshotMeta, Reader<BufReader<Input>>), StoreError> {
+    Reader::new(
+        BufReader::with_capacity(IO_BUFFER, Input::open(path)?),
+        path,
+    )
 }
 
 /// Reads a whole snapshot file through once and checks it (see `snapshot_format::verify`).
 pub fn verify(path: &Path) -> Result<SnapshotMeta, StoreError> {
-    snapshot_format::verify(BufReader::with_capacity(IO_BUFFER, File::open(path)?), path)
+    snapshot_format::verify(
+        BufReader::with_capacity(IO_BUFFER, Input::open(path)?),
+        path,
+    )
+}
+
+/// A snapshot file opened to be read through (checked or loaded). Unit tests count the bytes
+/// read through it from each snapshot directory ([`tests::bytes_read_in`]).
+pub struct Input {
+    file: File,
+    #[cfg(test)]
+    dir: PathBuf,
+}
+
+impl Input {
+    fn open(path: &Path) -> io::Result<Input> {
+        Ok(Input {
+            file: File::open(path)?,
+            #[cfg(test)]
+            dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        })
+    }
+}
+
+impl Read for Input {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read(buf)?;
+        #[cfg(test)]
+        tests::count_read(&self.dir, n);
+        Ok(n)
+    }
 }
 
 fn snapshot_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
@@ -446,9 +506,23 @@ pub fn remove_older(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::mvcc::{META_TREE, REV_TREE};
+
+    /// Bytes read through [`Input`], by the directory of the file read.
+    static READ: std::sync::Mutex<BTreeMap<PathBuf, u64>> = std::sync::Mutex::new(BTreeMap::new());
+
+    pub(super) fn count_read(dir: &Path, n: usize) {
+        let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
+        *read.entry(dir.to_path_buf()).or_default() += n as u64;
+    }
+
+    /// Bytes read so far through [`Input`] (checks and loads) from snapshot files in `dir`.
+    pub(crate) fn bytes_read_in(dir: &Path) -> u64 {
+        let read = READ.lock().unwrap_or_else(|e| e.into_inner());
+        read.get(dir).copied().unwrap_or(0)
+    }
 
     fn meta_at(index: u64) -> SnapshotMeta {
         SnapshotMeta {
@@ -573,6 +647,10 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("sent as"), "{e}");
+        // Checked as the snapshot of one meta, installed as another's: read again, refused.
+        let checked = receive(&bytes).check(&meta).unwrap();
+        let e = adopt(checked, dst.path(), &meta_at(12)).err().unwrap();
+        assert!(e.to_string().contains("sent as"), "{e}");
         drop(receive(&bytes));
         assert!(only_final().is_empty(), "{:?}", only_final());
 
@@ -628,8 +706,7 @@ mod tests {
         assert!(old.exists(), "removed while being sent");
         let mut all = vec![0u8; sending.len() as usize];
         sending.read_at(0, &mut all).unwrap();
-        sending.check(&meta_at(10)).unwrap();
-        drop(sending);
+        drop(sending.check(&meta_at(10)).unwrap());
         remove_older(d.path(), &meta_at(20)).unwrap();
         assert!(!old.exists(), "left behind once released");
 

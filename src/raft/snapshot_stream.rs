@@ -7,10 +7,10 @@
 //!   stream back while the peer is behind), the receiver takes the next chunk only once the
 //!   previous one is written.
 //! - The bytes sent are the snapshot file itself, checksum included: the receiver checks the
-//!   file it assembled before openraft sees it (and again in `snapshot_file::adopt`), so a
-//!   stream that broke, or ended early because the file shrank under the sender (a newer
-//!   snapshot replaced it), fails that send only; it is never installed, and never reaches
-//!   openraft's install, where any error stops the member.
+//!   file it assembled before openraft sees it (once: the install does not read it again,
+//!   see `snapshot_file`), so a stream that broke, or ended early because the file shrank
+//!   under the sender (a newer snapshot replaced it), fails that send only; it is never
+//!   installed, and never reaches openraft's install, where any error stops the member.
 //! - A send that fails is restarted by openraft from the newest snapshot file; nothing is
 //!   rebuilt for it (the file stays until a newer snapshot replaces it).
 
@@ -82,8 +82,8 @@ fn internal(e: impl std::fmt::Display) -> Status {
 }
 
 /// Appends `first` and then every chunk of `rest` to `incoming`, checks the whole file against
-/// `meta` ([`SnapshotFile::check`]) and hands it over (synced, still a temporary: see
-/// `snapshot_file::adopt`). A broken stream, a failed write or a file that does not check
+/// `meta` ([`SnapshotFile::check`]) and hands it over (synced, still a temporary, marked as
+/// checked: see `snapshot_file::adopt`). A broken stream, a failed write or a file that does not check
 /// drops the temporary and fails this send only (`Aborted`: the leader sends again).
 pub async fn receive(
     mut incoming: Incoming,
@@ -110,7 +110,7 @@ pub async fn receive(
     tokio::task::spawn_blocking(move || {
         let file = incoming.finish().map_err(internal)?;
         match file.check(&meta) {
-            Ok(()) => Ok(file),
+            Ok(checked) => Ok(checked),
             Err(e) => {
                 tracing::warn!("refused a received snapshot: {e}");
                 Err(Status::aborted(format!("received snapshot refused: {e}")))

@@ -643,9 +643,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotFile,
     ) -> Result<(), io::Error> {
-        // Read through and checked before it is renamed into place: as the newest snapshot,
-        // a file that cannot be loaded would fail every restart. Done before the gates are
-        // taken, so reads and defragmentation go on meanwhile.
+        // Checked whole before it is renamed into place: as the newest snapshot, a file that
+        // cannot be loaded would fail every restart. A received file was read through when it
+        // arrived and is not read again; any other is read here, before the gates are taken,
+        // so reads and defragmentation go on meanwhile.
         let t0 = std::time::Instant::now();
         let dir = self.shared.snap_dir.clone();
         let checked_meta = meta.clone();

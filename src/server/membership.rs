@@ -18,13 +18,35 @@
 //!   index is within [`LEARNER_READY`] of the leader's last log index.
 //! - A member id is computed from the peer URLs, the cluster token and the current time, so an
 //!   id is never reused after a removal (etcd does the same).
+//! - A voter is added in one log entry (openraft's single-step `append_membership`: the voter
+//!   sets differ by one, so every quorum of the old set meets every quorum of the new), not
+//!   through a joint configuration, and `member add` answers once that entry is durable on a
+//!   quorum of the *old* voters (the leader's replication metrics; the leader's own entry
+//!   counts once it is flushed). From then on every future leader holds the entry: a candidate
+//!   without it needs votes from a quorum of the old voters, one of which has a longer log and
+//!   refuses. This is when etcd 3.4 answers (its conf change commits under the old
+//!   configuration, then takes effect). openraft commits the entry only with a quorum of the
+//!   *new* voters, which may need the new member itself (growing a one-member cluster to two),
+//!   so the commit finishes in the background and the change lock is held until it does: the
+//!   next change waits for it (or answers "request timed out", as etcd does while the added
+//!   member it needs for a quorum has not started).
+//! - What a client sees: an error or a timeout before that point means the member may or may
+//!   not be added (the entry may be on the leader only, and is lost if that leader dies before
+//!   replicating it; `member list` tells). A success means the member is in the configuration
+//!   every member will have, started or not; if the leader dies right after answering, the
+//!   next leader is elected under that configuration (for two voters: once the new member has
+//!   started), exactly as with etcd.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::error::{ClientWriteError, RaftError};
-use openraft::ChangeMembers;
+use openraft::entry::RaftPayload;
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use openraft::type_config::alias::PayloadOf;
+use openraft::{ChangeMembers, Precondition};
+use tokio::sync::OwnedMutexGuard;
 
 use super::error::ApiError;
 use crate::proto::etcdserverpb::{
@@ -39,7 +61,7 @@ use crate::raft::links::Links;
 use crate::raft::node::REQUEST_TIMEOUT;
 use crate::raft::peer_error::PeerFailure;
 use crate::raft::state_machine::StateMachine;
-use crate::raft::types::Membership;
+use crate::raft::types::{Membership, StoredMembership};
 use crate::raft::{Member, NodeId, RaftNode, TypeConfig};
 use crate::server::config::compute_member_id;
 
@@ -58,7 +80,8 @@ pub struct Reconfig {
     pub cluster_id: u64,
     /// `--initial-cluster-token`, part of every new member id.
     pub token: String,
-    lock: tokio::sync::Mutex<()>,
+    /// Held while a change is checked and proposed, and until an added voter's entry commits.
+    lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 fn quorum(n: usize) -> usize {
@@ -108,6 +131,11 @@ fn raft_err(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> ApiError 
         // Appended, then dropped from this log: it may still commit elsewhere, so asking again
         // could apply it twice.
         RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => ApiError::LeaderChanged,
+        // Refused before anything was appended, until this leader's first entry (or the last
+        // configuration) commits: asked again, like a leader change, until the deadline.
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(
+            ChangeMembershipError::UncommittedLeaderLog(_) | ChangeMembershipError::InProgress(_),
+        )) => ApiError::NotLeader,
         e => ApiError::Internal(e.to_string()),
     }
 }
@@ -119,7 +147,7 @@ impl Reconfig {
             links,
             cluster_id,
             token,
-            lock: tokio::sync::Mutex::new(()),
+            lock: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -196,12 +224,16 @@ impl Reconfig {
     ) -> Result<membership_response::Response, ApiError> {
         use membership_request::Request as Q;
         use membership_response::Response as R;
-        let _one_at_a_time = self.lock.lock().await;
+        // A voter added last may still wait for its commit (see the module doc); etcd answers
+        // "request timed out" to a change while the cluster has no quorum.
+        let one_at_a_time = tokio::time::timeout(REQUEST_TIMEOUT, self.lock.clone().lock_owned())
+            .await
+            .map_err(|_| ApiError::Timeout)?;
         if self.node.raft.metrics().borrow_watched().current_leader != Some(self.node.id) {
             return Err(ApiError::NotLeader);
         }
         match req {
-            Q::Add(r) => self.add(r).await.map(R::Add),
+            Q::Add(r) => self.add(r, one_at_a_time).await.map(R::Add),
             Q::Remove(r) => self.remove(r).await.map(R::Remove),
             Q::Update(r) => self.update(r).await.map(R::Update),
             Q::Promote(r) => self.promote(r).await.map(R::Promote),
@@ -283,7 +315,11 @@ impl Reconfig {
         }
     }
 
-    async fn add(&self, r: MemberAddRequest) -> Result<MemberAddResponse, ApiError> {
+    async fn add(
+        &self,
+        r: MemberAddRequest,
+        one_at_a_time: OwnedMutexGuard<()>,
+    ) -> Result<MemberAddResponse, ApiError> {
         if !valid_peer_urls(&r.peer_ur_ls) || !self.can_dial_all(&r.peer_ur_ls) {
             return Err(ApiError::BadMemberUrls);
         }
@@ -315,22 +351,17 @@ impl Reconfig {
             peer_urls: r.peer_ur_ls.clone(),
         };
         tracing::info!(member = %format!("{id:x}"), urls = %node, learner = r.is_learner, "adding member");
-        // Neither call waits for the new member: a learner entry commits with the voters, and
-        // the checks above guarantee the voter set with the new member has a quorum without it.
-        let resp = if r.is_learner {
-            tokio::time::timeout(REQUEST_TIMEOUT, self.node.raft.add_learner(id, node, false)).await
+        // Neither waits for the new member: a learner entry commits with the voters, and a
+        // voter's answer needs only the old voters (see the module doc).
+        let membership = if r.is_learner {
+            tokio::time::timeout(REQUEST_TIMEOUT, self.node.raft.add_learner(id, node, false))
+                .await
+                .map_err(|_| ApiError::Timeout)?
+                .map_err(raft_err)?
+                .membership
         } else {
-            tokio::time::timeout(
-                REQUEST_TIMEOUT,
-                self.node.raft.change_membership(
-                    ChangeMembers::AddVoters(BTreeMap::from([(id, node)])),
-                    true,
-                ),
-            )
-            .await
-        }
-        .map_err(|_| ApiError::Timeout)?
-        .map_err(raft_err)?;
+            self.add_voter(id, node, one_at_a_time).await?
+        };
         Ok(MemberAddResponse {
             header: None,
             member: Some(EtcdMember {
@@ -340,8 +371,84 @@ impl Reconfig {
                 client_ur_ls: vec![],
                 is_learner: r.is_learner,
             }),
-            members: self.header_members(resp.membership.as_ref())?,
+            members: self.header_members(membership.as_ref())?,
         })
+    }
+
+    /// Appends the configuration with voter `id` added (one entry) and returns it once a
+    /// quorum of the old voters has the entry, or once it committed, whichever comes first;
+    /// the commit finishes in the background, holding `one_at_a_time` (see the module doc).
+    /// From a joint configuration (left by a leader that did not finish a two-step change)
+    /// openraft's two-step change is used and answered only once it commits.
+    async fn add_voter(
+        &self,
+        id: NodeId,
+        node: Member,
+        one_at_a_time: OwnedMutexGuard<()>,
+    ) -> Result<Option<Membership>, ApiError> {
+        let observed = self
+            .node
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .clone();
+        let current = observed.membership();
+        let old_voters: BTreeSet<NodeId> = current.voter_ids().collect();
+        let mut voters = old_voters.clone();
+        voters.insert(id);
+        let mut nodes: BTreeMap<NodeId, Member> =
+            current.nodes().map(|(i, n)| (*i, n.clone())).collect();
+        nodes.insert(id, node.clone());
+        let proposed =
+            Membership::new(vec![voters], nodes).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let joint = current.get_joint_config().len() > 1;
+        let raft = self.node.raft.clone();
+        let after = *observed.log_id();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let r = if joint {
+                // Left joint by a change a leader did not finish: openraft's two-step change
+                // leaves it first (the direct append only goes from a uniform set).
+                let add = BTreeMap::from([(id, node)]);
+                raft.change_membership(ChangeMembers::AddVoters(add), true)
+                    .await
+            } else {
+                let cond = Precondition::LastMembershipLogId {
+                    last_membership_log_id: after,
+                };
+                raft.append_membership(proposed, PayloadOf::<TypeConfig>::blank(), [cond])
+                    .await
+            };
+            match &r {
+                Ok(_) => tracing::info!(member = %format!("{id:x}"), "added voter: committed"),
+                Err(e) => tracing::warn!(member = %format!("{id:x}"), "adding a voter: {e}"),
+            }
+            drop(one_at_a_time);
+            let _ = done_tx.send(r);
+        });
+        let mut metrics = self.node.raft.metrics();
+        let kept = metrics.wait_until(|m: &openraft::RaftMetrics<TypeConfig>| {
+            kept_by_old_quorum(m, id, &old_voters, &observed)
+        });
+        let (done, kept) = (
+            tokio::time::timeout(REQUEST_TIMEOUT, done),
+            tokio::time::timeout(REQUEST_TIMEOUT, kept),
+        );
+        tokio::select! {
+            r = done => match r {
+                Ok(Ok(r)) => Ok(r.map_err(raft_err)?.membership),
+                Ok(Err(_)) => Err(ApiError::Internal("membership change task ended".into())),
+                Err(_) => Err(ApiError::Timeout),
+            },
+            // A joint configuration's first step is not this single-step entry: answered at
+            // its commit only.
+            r = kept, if !joint => match r {
+                Ok(Ok(m)) => Ok(Some(m.membership_config.membership().clone())),
+                Ok(Err(_)) => Err(ApiError::Stopped),
+                Err(_) => Err(ApiError::Timeout),
+            },
+        }
     }
 
     async fn remove(&self, r: MemberRemoveRequest) -> Result<MemberRemoveResponse, ApiError> {
@@ -530,6 +637,38 @@ impl Reconfig {
         .map_err(|_| ApiError::Stopped)?;
         Ok(())
     }
+}
+
+/// Whether the leader whose metrics are `m` holds a configuration newer than `before` with
+/// `id` as a voter, and a quorum of `old_voters` (the leader included, once flushed) has the
+/// entry that made it: then no leader can be elected without it (see the module doc).
+fn kept_by_old_quorum(
+    m: &openraft::RaftMetrics<TypeConfig>,
+    id: NodeId,
+    old_voters: &BTreeSet<NodeId>,
+    before: &StoredMembership,
+) -> bool {
+    let config = &m.membership_config;
+    let Some(at) = config.log_id() else {
+        return false;
+    };
+    if config.log_id() <= before.log_id() || !config.membership().voter_ids().any(|v| v == id) {
+        return false;
+    }
+    let Some(matched) = &m.replication else {
+        return false;
+    };
+    let have = old_voters
+        .iter()
+        .filter(|v| {
+            matched
+                .get(v)
+                .cloned()
+                .flatten()
+                .is_some_and(|l| l.index >= at.index)
+        })
+        .count();
+    have >= quorum(old_voters.len())
 }
 
 /// Tells a removed member it is out: replication to it stopped when its removal was proposed,
