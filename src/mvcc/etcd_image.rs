@@ -66,70 +66,159 @@ impl Image {
     }
 }
 
-/// Builds the entries [`super::MvccStore::load`] takes from etcd's buckets: `history` as
-/// bucket `key` holds it, `leases` as bucket `lease` holds it, and etcd's compacted revision
-/// (its `scheduledCompactRev`/`finishedCompactRev`, whichever is newer; none if never
-/// compacted). Returns the entries and the store's current revision.
+/// Builds the entries [`super::MvccStore::load`] takes from etcd's buckets, all in memory
+/// (see [`EtcdEntries`], which streams them): returns them and the store's current revision.
 pub fn entries_from_etcd(
     history: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
-    leases: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+    leases: Pairs,
     compacted: Option<i64>,
 ) -> Result<(TreeEntries, i64), MvccError> {
-    let bad = MvccError::Storage;
-    let mut out = Vec::new();
-    let mut last: Option<Revision> = None;
-    // Each key's state at the newest revision: its lease if live, None if deleted.
-    let mut live: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
-    for (k, v) in history {
-        let (k, v) = history_from_etcd(&k, &v)?;
+    let mut it = EtcdEntries::new(history.into_iter().map(Ok), leases, compacted);
+    let entries = it.by_ref().collect::<Result<TreeEntries, MvccError>>()?;
+    Ok((entries, it.current()))
+}
+
+/// One entry in the form [`super::MvccStore::load`] takes: (tree, key, value).
+pub type TreeEntry = (String, Vec<u8>, Vec<u8>);
+
+/// The entries [`super::MvccStore::load`] takes, streamed from etcd's buckets as they are
+/// read: `history` as bucket `key` holds it (in key order), `leases` as bucket `lease` holds
+/// it, and etcd's compacted revision (its `scheduledCompactRev`/`finishedCompactRev`,
+/// whichever is newer; none if never compacted). Each history record is checked as it
+/// passes; the checks that need the whole history (every lease named by a live key is
+/// present) run after it, before the meta entries, so a consumer that stops at the first
+/// error never sees a complete-looking store that breaks them. Memory: the leases, and the
+/// keys that are live with a lease.
+pub struct EtcdEntries<H> {
+    history: Option<H>,
+    leases: Pairs,
+    compacted: Option<i64>,
+    last: Option<Revision>,
+    /// Keys live with a lease at the newest revision so far, and the lease.
+    leased: BTreeMap<Vec<u8>, i64>,
+    history_len: usize,
+    tail: std::vec::IntoIter<TreeEntry>,
+    current: i64,
+    failed: bool,
+}
+
+impl<H, E> EtcdEntries<H>
+where
+    H: Iterator<Item = Result<(Vec<u8>, Vec<u8>), E>>,
+{
+    pub fn new(history: H, leases: Pairs, compacted: Option<i64>) -> Self {
+        EtcdEntries {
+            history: Some(history),
+            leases,
+            compacted,
+            last: None,
+            leased: BTreeMap::new(),
+            history_len: 0,
+            tail: Vec::new().into_iter(),
+            current: 1,
+            failed: false,
+        }
+    }
+
+    /// The store's current revision: etcd's, the newest history revision or the compacted
+    /// revision if that is newer, at least 1. Meaningful once the iterator is exhausted.
+    pub fn current(&self) -> i64 {
+        self.current
+    }
+
+    /// History records read so far.
+    pub fn history_len(&self) -> usize {
+        self.history_len
+    }
+
+    fn history_entry(&mut self, k: &[u8], v: &[u8]) -> Result<TreeEntry, MvccError> {
+        let (k, v) = history_from_etcd(k, v)?;
         let rev = Revision::from_bytes(&k)?;
-        if last.is_some_and(|l| l >= rev) {
-            return Err(bad(format!(
+        if self.last.is_some_and(|l| l >= rev) {
+            return Err(MvccError::Storage(format!(
                 "history out of order at revision {}_{}",
                 rev.main, rev.sub
             )));
         }
-        last = Some(rev);
+        self.last = Some(rev);
         let record = Record::decode(&v)?;
-        if record.tombstone {
-            live.remove(&record.kv.key);
+        if record.tombstone || record.kv.lease == 0 {
+            self.leased.remove(&record.kv.key);
         } else {
-            live.insert(record.kv.key.clone(), record.kv.lease);
+            self.leased.insert(record.kv.key.clone(), record.kv.lease);
         }
-        out.push((REV_TREE.to_string(), k, v));
+        self.history_len += 1;
+        Ok((REV_TREE.to_string(), k, v))
     }
-    let mut lease_ids = BTreeSet::new();
-    for (k, v) in leases {
-        let (id, ttl) = lease_from_etcd(&k, &v)?;
-        lease_ids.insert(id);
-        out.push((
-            LEASE_TREE.to_string(),
-            id.to_be_bytes().to_vec(),
-            ttl.to_be_bytes().to_vec(),
-        ));
-    }
-    if let Some((key, lease)) = live
-        .iter()
-        .find(|(_, l)| **l != 0 && !lease_ids.contains(l))
-    {
-        return Err(bad(format!(
-            "key {:?} is attached to lease {lease:x}, which the snapshot does not hold",
-            String::from_utf8_lossy(key)
-        )));
-    }
-    let newest = last.map_or(1, |r| r.main);
-    let current = newest.max(compacted.unwrap_or(1)).max(1);
-    out.push((
-        META_TREE.to_string(),
-        META_CURRENT.to_vec(),
-        current.to_be_bytes().to_vec(),
-    ));
-    if let Some(c) = compacted {
+
+    /// What follows the history: the leases and the meta entries, once the whole-history
+    /// checks pass.
+    fn tail(&mut self) -> Result<Vec<TreeEntry>, MvccError> {
+        let mut out = Vec::new();
+        let mut lease_ids = BTreeSet::new();
+        for (k, v) in std::mem::take(&mut self.leases) {
+            let (id, ttl) = lease_from_etcd(&k, &v)?;
+            lease_ids.insert(id);
+            out.push((
+                LEASE_TREE.to_string(),
+                id.to_be_bytes().to_vec(),
+                ttl.to_be_bytes().to_vec(),
+            ));
+        }
+        if let Some((key, lease)) = self.leased.iter().find(|(_, l)| !lease_ids.contains(l)) {
+            return Err(MvccError::Storage(format!(
+                "key {:?} is attached to lease {lease:x}, which the snapshot does not hold",
+                String::from_utf8_lossy(key)
+            )));
+        }
+        let newest = self.last.map_or(1, |r| r.main);
+        self.current = newest.max(self.compacted.unwrap_or(1)).max(1);
         out.push((
             META_TREE.to_string(),
-            META_COMPACTED.to_vec(),
-            c.to_be_bytes().to_vec(),
+            META_CURRENT.to_vec(),
+            self.current.to_be_bytes().to_vec(),
         ));
+        if let Some(c) = self.compacted {
+            out.push((
+                META_TREE.to_string(),
+                META_COMPACTED.to_vec(),
+                c.to_be_bytes().to_vec(),
+            ));
+        }
+        Ok(out)
     }
-    Ok((out, current))
+}
+
+impl<H, E> Iterator for EtcdEntries<H>
+where
+    H: Iterator<Item = Result<(Vec<u8>, Vec<u8>), E>>,
+    E: From<MvccError>,
+{
+    type Item = Result<TreeEntry, E>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        if let Some(history) = self.history.as_mut() {
+            match history.next() {
+                Some(item) => {
+                    let r = item.and_then(|(k, v)| self.history_entry(&k, &v).map_err(E::from));
+                    self.failed = r.is_err();
+                    return Some(r);
+                }
+                None => {
+                    self.history = None;
+                    match self.tail() {
+                        Ok(t) => self.tail = t.into_iter(),
+                        Err(e) => {
+                            self.failed = true;
+                            return Some(Err(e.into()));
+                        }
+                    }
+                }
+            }
+        }
+        self.tail.next().map(Ok)
+    }
 }

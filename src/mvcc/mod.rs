@@ -93,7 +93,7 @@ pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_M
 pub use defrag::Copied;
 pub use engine::{Engine, EngineOptions, SledEngine, StoreEngine};
 pub use error::MvccError;
-pub use etcd_image::{entries_from_etcd, Pairs, TreeEntries};
+pub use etcd_image::{entries_from_etcd, EtcdEntries, Pairs, TreeEntries, TreeEntry};
 pub use hash::{Crc32c, KvHash};
 pub use index::Revision;
 pub use load::check_entries;

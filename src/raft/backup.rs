@@ -68,12 +68,16 @@ fn restored_log_id() -> LogId {
 /// Writes the snapshot a member of a restored cluster starts from into `sm_dir` (the state
 /// machine directory, which must not hold a snapshot yet): `entries` (MVCC trees, as
 /// `mvcc::entries_from_etcd` builds them) under a membership of `members` as voters.
-pub fn write_restored(
+/// The entries are written as they come (a restore streams them from the backup file); the
+/// first error among them stops the write and nothing is published.
+pub fn write_restored<E>(
     sm_dir: &Path,
     members: &BTreeMap<NodeId, Member>,
-    entries: Vec<(String, Vec<u8>, Vec<u8>)>,
-) -> Result<(), StoreError> {
-    crate::mvcc::check_entries(&entries)?;
+    entries: impl IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+) -> Result<(), StoreError>
+where
+    StoreError: From<E>,
+{
     let log_id = restored_log_id();
     let voters: BTreeSet<NodeId> = members.keys().copied().collect();
     let membership =
@@ -94,13 +98,12 @@ pub fn write_restored(
             reason: "a snapshot already exists: restore into an empty data dir".into(),
         });
     }
-    // Written entry by entry (the entries are already in memory, but not twice).
-    snapshot_file::write(
-        &snap_dir,
-        &meta,
-        entries.into_iter().map(Ok::<_, StoreError>),
-    )?
-    .publish()?;
+    let checked = entries.into_iter().map(|e| -> Result<_, StoreError> {
+        let e = e.map_err(StoreError::from)?;
+        crate::mvcc::check_entries([&e])?;
+        Ok(e)
+    });
+    snapshot_file::write::<StoreError>(&snap_dir, &meta, checked)?.publish()?;
     // Loading it now, rather than at the member's first start, makes that start an ordinary
     // one, and proves the snapshot loads before the data dir is handed over.
     let sm = StateMachine::open(sm_dir)?;

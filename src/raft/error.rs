@@ -66,6 +66,10 @@ pub enum StoreError {
     Snapshot { file: PathBuf, reason: String },
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// The iterator feeding a write failed; its caller holds the cause (a restore reading
+    /// its backup file).
+    #[error("the entries' source failed")]
+    SourceFailed,
 }
 
 impl From<StoreError> for std::io::Error {

@@ -4,7 +4,9 @@
 //! the compacted revision kept.
 //!
 //! # Invariants
-//! - Nothing is created until the whole file has been read and checked.
+//! - The file's hash is checked before anything is created; its content is checked as it is
+//!   streamed into the new member's snapshot (memory: the leases and the keys live with a
+//!   lease, never the history), and the first error stops the restore with nothing left.
 //! - The data dir is assembled under a temporary sibling and renamed into place last, so a
 //!   crash leaves either no data dir or a complete one.
 
@@ -14,11 +16,11 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::bbolt::Reader;
+use crate::bbolt::{BoltError, Reader};
 use crate::mvcc::etcd_format::{parse_rev_key, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
-use crate::mvcc::{entries_from_etcd, Pairs};
+use crate::mvcc::{EtcdEntries, MvccError, Pairs};
 use crate::raft::backup::write_restored;
-use crate::raft::Member;
+use crate::raft::{Member, StoreError};
 use crate::server::config::{parse_initial_cluster, split_urls};
 use crate::server::identity;
 
@@ -63,7 +65,7 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
     let ident = identity::new_cluster(&o.name, &advertise, &cluster, &o.initial_cluster_token);
 
     check_trailer(&o.file, o.skip_hash_check)?;
-    let (entries, revision, keys) = read_backup(&o.file)?;
+    let (leases, compacted) = read_small_buckets(&o.file)?;
 
     let part = part_dir(&o.data_dir);
     if part.exists() {
@@ -84,7 +86,36 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
     crate::wal::create_dir_durable(&crate::wal::RealFs, &part).map_err(BackupError::io(&part))?;
     crate::wal::create_dir_durable(&crate::wal::RealFs, &member)
         .map_err(BackupError::io(&member))?;
-    write_restored(&member.join("sm"), &members, entries)?;
+    let content = |source| BackupError::Content {
+        path: o.file.clone(),
+        source,
+    };
+    // The history streams from a reader thread; its first error is kept here and stops the
+    // write (`SourceFailed`), which then answers with it.
+    let mut failure: Option<BackupError> = None;
+    let mut entries = EtcdEntries::new(
+        BucketFeed::start(&o.file, KEY_BUCKET).map(|r| r.map_err(Feed::Failed)),
+        leases,
+        compacted,
+    );
+    let written = write_restored(
+        &member.join("sm"),
+        &members,
+        entries.by_ref().map(|r| {
+            r.map_err(|e| {
+                failure = Some(match e {
+                    Feed::Failed(e) => e,
+                    Feed::Content(e) => content(e),
+                });
+                StoreError::SourceFailed
+            })
+        }),
+    );
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&part);
+        return Err(failure.unwrap_or(BackupError::Store(e)));
+    }
+    let (revision, keys) = (entries.current(), entries.history_len());
     identity::store(&member, &ident).map_err(BackupError::io(&member))?;
     std::fs::rename(&part, &o.data_dir).map_err(BackupError::io(&o.data_dir))?;
     if let Some(parent) = o.data_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -146,7 +177,96 @@ fn go_bytes(b: &[u8]) -> String {
 }
 
 /// Reads and checks every record: the MVCC entries, the current revision and the key count.
-fn read_backup(path: &Path) -> Result<(crate::mvcc::TreeEntries, i64, usize), BackupError> {
+/// One pair of a bucket, or why the bucket could not be read.
+type PairResult = Result<(Vec<u8>, Vec<u8>), BackupError>;
+
+/// An error of the streamed history: reading the file, or its content.
+enum Feed {
+    Failed(BackupError),
+    Content(MvccError),
+}
+
+impl From<MvccError> for Feed {
+    fn from(e: MvccError) -> Self {
+        Feed::Content(e)
+    }
+}
+
+/// A top-level bucket's pairs, in key order, read by a thread into a bounded channel (the
+/// bbolt reader walks pages with callbacks; this turns the walk into an iterator without
+/// holding the bucket). Dropping it stops the reader.
+struct BucketFeed {
+    rx: Option<std::sync::mpsc::IntoIter<PairResult>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BucketFeed {
+    const DEPTH: usize = 1024;
+
+    fn start(path: &Path, bucket: &'static [u8]) -> BucketFeed {
+        let (tx, rx) = std::sync::mpsc::sync_channel(Self::DEPTH);
+        let path = path.to_path_buf();
+        let thread = std::thread::Builder::new()
+            .name("kvd-restore-read".into())
+            .spawn(move || {
+                /// Why the walk stopped early: the file, or the consumer went away.
+                enum Stop {
+                    Bolt(BoltError),
+                    Gone,
+                }
+                impl From<BoltError> for Stop {
+                    fn from(e: BoltError) -> Self {
+                        Stop::Bolt(e)
+                    }
+                }
+                let walk = Reader::open(&path).map_err(Stop::Bolt).and_then(|r| {
+                    r.for_each(bucket, |k, v| {
+                        tx.send(Ok((k.to_vec(), v.to_vec())))
+                            .map_err(|_| Stop::Gone)
+                    })
+                });
+                if let Err(Stop::Bolt(e)) = walk {
+                    let _ = tx.send(Err(BackupError::Bolt(e)));
+                }
+            });
+        match thread {
+            Ok(t) => BucketFeed {
+                rx: Some(rx.into_iter()),
+                thread: Some(t),
+            },
+            Err(e) => {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                let _ = tx.send(Err(BackupError::io("restore reader thread")(e)));
+                BucketFeed {
+                    rx: Some(rx.into_iter()),
+                    thread: None,
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for BucketFeed {
+    type Item = PairResult;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.rx.as_mut()?.next()
+    }
+}
+
+impl Drop for BucketFeed {
+    fn drop(&mut self) {
+        // Closing the channel first makes the reader's next send fail, so it stops.
+        self.rx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The small buckets of a backup: its leases, and etcd's compacted revision. Also checks that
+/// the buckets a backup must have are there.
+fn read_small_buckets(path: &Path) -> Result<(Pairs, Option<i64>), BackupError> {
     let r = Reader::open(path)?;
     let buckets = r.buckets()?;
     for want in [KEY_BUCKET, META_BUCKET] {
@@ -161,11 +281,6 @@ fn read_backup(path: &Path) -> Result<(crate::mvcc::TreeEntries, i64, usize), Ba
         path: path.to_path_buf(),
         source,
     };
-    let mut history: Pairs = Vec::new();
-    r.for_each(KEY_BUCKET, |k, v| -> Result<(), BackupError> {
-        history.push((k.to_vec(), v.to_vec()));
-        Ok(())
-    })?;
     let mut leases: Pairs = Vec::new();
     if buckets.iter().any(|b| b == LEASE_BUCKET) {
         r.for_each(LEASE_BUCKET, |k, v| -> Result<(), BackupError> {
@@ -183,7 +298,9 @@ fn read_backup(path: &Path) -> Result<(crate::mvcc::TreeEntries, i64, usize), Ba
         }
         Ok(())
     })?;
-    let keys = history.len();
-    let (entries, revision) = entries_from_etcd(history, leases, compacted).map_err(content)?;
-    Ok((entries, revision, keys))
+    Ok((leases, compacted))
 }
+
+#[cfg(test)]
+#[path = "restore_tests.rs"]
+mod tests;
