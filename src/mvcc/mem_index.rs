@@ -103,11 +103,6 @@ impl MemIndex {
         self.read().get(key).and_then(|ki| ki.query(q))
     }
 
-    /// `(create_revision, version)` of `key`'s current value, if it is live.
-    pub fn life(&self, key: &[u8]) -> Option<(i64, i64)> {
-        self.read().get(key).and_then(KeyIndex::life)
-    }
-
     /// A copy of `key`'s index.
     #[cfg(test)]
     pub fn get_cloned(&self, key: &[u8]) -> Option<KeyIndex> {
@@ -153,7 +148,27 @@ impl MemIndex {
         }
     }
 
-    /// Undoes the last [`Self::push`] on `key`.
+    /// Records a put of `key` at `rev`, as [`Self::push`] does, and returns the
+    /// `(create_revision, version)` of the value it replaces if that was live
+    /// ([`KeyIndex::life`]): one lookup in the map for both.
+    pub fn put(&self, key: &[u8], rev: Revision) -> Option<(i64, i64)> {
+        let mut map = self.write();
+        match map.get_mut(key) {
+            Some(ki) => {
+                let life = ki.life();
+                ki.put(rev);
+                life
+            }
+            None => {
+                let mut ki = KeyIndex::default();
+                ki.put(rev);
+                map.insert(key.to_vec(), ki);
+                None
+            }
+        }
+    }
+
+    /// Undoes the last [`Self::push`] (or [`Self::put`]) on `key`.
     pub fn unpush(&self, key: &[u8]) {
         let mut map = self.write();
         if let Some(ki) = map.get_mut(key) {

@@ -89,7 +89,21 @@ impl RaftNode {
         let m = self.raft.metrics();
         let m = m.borrow_watched();
         let c = m.membership_config.membership();
-        c.get_node(&self.id).is_some() && !c.voter_ids().any(|v| v == self.id)
+        // Every client request asks: the configs themselves, not `voter_ids`, which
+        // collects them into a new set.
+        c.get_node(&self.id).is_some() && !c.get_joint_config().iter().any(|v| v.contains(&self.id))
+    }
+
+    /// Whether this member leads (what [`Self::leader`] would name it), without copying its
+    /// member record as `leader` does: the common case of every write on the leader.
+    fn leads(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        m.current_leader == Some(self.id)
+            && m.membership_config
+                .membership()
+                .get_node(&self.id)
+                .is_some()
     }
 
     /// Called by the peer service whenever the leader's append or heartbeat arrives.
@@ -140,12 +154,17 @@ impl RaftNode {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let cmd = Command(Bytes::from(req.encode_to_vec()));
         loop {
-            let (leader, member) = self.wait_leader(deadline).await?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            let attempt = if leader == self.id {
+            let attempt = if self.leads() {
+                let left = deadline.saturating_duration_since(Instant::now());
                 self.write_local(cmd.clone(), left).await
             } else {
-                self.write_forwarded(&member, &req, left).await
+                let (leader, member) = self.wait_leader(deadline).await?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                if leader == self.id {
+                    self.write_local(cmd.clone(), left).await
+                } else {
+                    self.write_forwarded(&member, &req, left).await
+                }
             };
             match attempt {
                 Ok((resp, index)) => {

@@ -319,12 +319,14 @@ impl TransactionalTree {
         &self,
         batch: &Batch,
     ) -> UnabortableTransactionResult<()> {
+        // kvd patch: stage the writes without reading each key's old value
+        // first, as `insert` and `remove` do to return it. Nothing here
+        // returns it; a later `get` in this transaction finds the staged
+        // write before it looks at the read cache. The reads were a second
+        // tree lookup per key, a fifth of kvd's commit cost.
+        let mut writes = self.writes.borrow_mut();
         for (k, v_opt) in &batch.writes {
-            if let Some(v) = v_opt {
-                let _old = self.insert(k, v)?;
-            } else {
-                let _old = self.remove(k)?;
-            }
+            writes.insert(k.clone(), v_opt.clone());
         }
         Ok(())
     }

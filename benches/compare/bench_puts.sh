@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Puts at several concurrencies against several 3-member clusters side by side: etcd against
+# kvd, or one kvd build against another (an A/B of a change). The clusters run for the whole
+# comparison; each round runs every system once, in an order that rotates from round to round,
+# so drift on a shared machine hits every system alike. The table reports medians over rounds.
+#
+# Usage: benches/compare/bench_puts.sh [out-dir]
+# Env:   SYSTEMS  space-separated NAME=BINARY pairs (default "etcd=etcd kvd=$KVD_BIN"); the
+#                 name "etcd" gets etcd's quiet logging flags (cluster.sh)
+#        CLIENTS  concurrencies (default "1 64 256 1024"); 1 client uses 1 connection
+#        ROUNDS (2) TOTAL (40000) TOTAL_SEQ (2000, for 1 client) CONNS (16)
+#        PORT     first port (31000); system k uses PORT + 100*k .. + 22
+#        KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/)
+# Output: raw.tsv (system, round, test, qps, p50, p99, errors, leader fsyncs per put, CPU us of
+#         the three members per put) and the medians table on stdout.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/benches/compare/cluster.sh"
+SYSTEMS=${SYSTEMS:-"etcd=$ETCD_BIN kvd=$KVD_BIN"}
+CLIENTS=${CLIENTS:-"1 64 256 1024"}
+ROUNDS=${ROUNDS:-2}
+TOTAL=${TOTAL:-40000}
+TOTAL_SEQ=${TOTAL_SEQ:-2000}
+CONNS=${CONNS:-16}
+PORT=${PORT:-31000}
+OUT=${1:-$(mktemp -d /tmp/bench_puts.XXXXXX)}
+mkdir -p "$OUT"
+RAW=$OUT/raw.tsv
+trap cleanup EXIT
+
+cpu_ticks() {
+  local i t=0
+  for i in 0 1 2; do
+    t=$((t + $(awk '{ print $14 + $15 }' "/proc/${MPID[$1,$i]}/stat")))
+  done
+  echo "$t"
+}
+
+KEYS=(--key-size 8 --val-size 256 --key-space-size 100000)
+bench() {
+  local sys=$1 round=$2 c=$3 n=$TOTAL conns=$CONNS
+  ((c == 1)) && n=$TOTAL_SEQ conns=1
+  local l; l=$(leader "$sys")
+  local ep=${CLIENT[$sys,$l]} mu=${METRICS[$sys,$l]}
+  local f0 c0 f1 c1 j="$OUT/$sys-r$round-put-$c.json"
+  f0=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
+  c0=$(cpu_ticks "$sys")
+  "$KVBENCH_BIN" --endpoints "$ep" --json put "${KEYS[@]}" --clients "$c" --conns "$conns" \
+    --total "$n" >"$j"
+  c1=$(cpu_ticks "$sys")
+  f1=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
+  python3 - "$j" "$sys" "$round" "put-$c" "$f0" "$f1" "$((c1 - c0))" "$(getconf CLK_TCK)" \
+    >>"$RAW" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+name, rnd, test, f0, f1, ticks, hz = sys.argv[2:9]
+ok = j["ok"]
+fpw = (float(f1) - float(f0)) / ok if ok else 0.0
+cpu = int(ticks) / int(hz) * 1e6 / ok if ok else 0.0
+print("\t".join(map(str, [name, rnd, test, round(j["qps"], 1), j["latency_ms"]["p50"],
+                          j["latency_ms"]["p99"], j["errors"], round(fpw, 3), round(cpu)])))
+PY
+  echo "  $sys r$round put-$c: $(tail -1 "$RAW" | cut -f4-9)  load $(cut -d' ' -f1 /proc/loadavg)" >&2
+}
+
+echo "output: $OUT" >&2
+: >"$RAW"
+names=()
+k=0
+for s in $SYSTEMS; do
+  name=${s%%=*} bin=${s#*=}
+  names+=("$name")
+  start_cluster "$name" "$bin" $((PORT + 100 * k)) "$OUT"
+  k=$((k + 1))
+done
+for n in "${names[@]}"; do wait_leader "$n"; done
+echo "warm-up" >&2
+for n in "${names[@]}"; do
+  l=$(leader "$n")
+  "$KVBENCH_BIN" --endpoints "${CLIENT[$n,$l]}" --json put "${KEYS[@]}" --clients 64 \
+    --conns "$CONNS" --total 4000 >/dev/null
+done
+for r in $(seq 1 "$ROUNDS"); do
+  # Rotate the order: round r starts with system (r-1) mod count.
+  order=("${names[@]:$(((r - 1) % ${#names[@]}))}" "${names[@]:0:$(((r - 1) % ${#names[@]}))}")
+  for c in $CLIENTS; do
+    for n in "${order[@]}"; do bench "$n" "$r" "$c"; done
+  done
+done
+
+python3 - "$RAW" "${names[@]}" <<'PY'
+import statistics, sys
+from collections import defaultdict
+raw, names = sys.argv[1], sys.argv[2:]
+runs = defaultdict(list)
+tests = []
+for line in open(raw):
+    s, _r, t, qps, p50, p99, err, fpw, cpu = line.rstrip("\n").split("\t")
+    runs[(s, t)].append((float(qps), float(p50), float(p99), int(err), float(fpw), float(cpu)))
+    if t not in tests:
+        tests.append(t)
+base = names[0]
+print(f"Medians over rounds; ratios are to {base}.\n")
+print("| test | system | puts/s | p50 ms | p99 ms | errors | fsyncs/put | CPU us/put | puts/s ratio | p99 ratio | CPU ratio |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+med = lambda s, t, k: statistics.median(r[k] for r in runs[(s, t)])
+for t in tests:
+    for s in names:
+        q, p50, p99, fpw, cpu = (med(s, t, k) for k in (0, 1, 2, 4, 5))
+        err = sum(r[3] for r in runs[(s, t)])
+        rq, r99, rc = (f"{med(s, t, k) / med(base, t, k):.2f}" for k in (0, 2, 5))
+        print(f"| {t} | {s} | {q:.0f} | {p50:.2f} | {p99:.2f} | {err} | {fpw:.3f} | {cpu:.0f} | {rq} | {r99} | {rc} |")
+PY
