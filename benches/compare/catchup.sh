@@ -94,8 +94,8 @@ one() {
     return 1
   fi
   leader_rss=$(rss_mib "${MPID[$sys,m0]}" VmRSS)
-  # In the background: kvd (openraft's joint consensus) commits the change of a one-member
-  # cluster only once the new member answers; etcd commits it at once.
+  # In the background, as before: both answer at once (the change commits, for kvd, only
+  # once the new member answers; see src/server/membership.rs).
   "$ETCDCTL" --endpoints "$ep" --command-timeout=600s member add m1 \
     --peer-urls "http://127.0.0.1:$((base + 11))" >"$dir/member_add.out" 2>&1 &
   local ma=$!
