@@ -15,6 +15,7 @@
 # ratios). Each member's /proc smaps_rollup after the load is kept in OUT for breakdowns.
 #
 # Usage: benches/compare/scale.sh [out-dir]
+# Plot:  benches/compare/scale_plot.py OUT.svg out-dir/scale.tsv [more scale.tsv ...]
 # Env:   SIZES ("100000 300000") VAL (1024) SERVE_PUTS (30000) SETTLE (10) SYSTEMS ("etcd kvd")
 #        ETCD_PORT (28100) KVD_PORT (28500): each cluster's first port (it uses 23 from there)
 #        KVD_ARGS (extra kvd flags) KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR or target,
