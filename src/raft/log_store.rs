@@ -6,8 +6,12 @@
 //! - `append` makes entries readable (in memory) before returning and reports them flushed only
 //!   from the WAL's callback, i.e. after fdatasync. `save_vote` returns only once the vote is
 //!   durable.
-//! - The in-memory map holds every entry not yet purged; purges happen only below a durable
-//!   snapshot (openraft guarantees that ordering), which bounds memory.
+//! - The in-memory map holds the newest entries, every one in `(evicted, last]`; entries in
+//!   `(purged, evicted]` are only in the WAL and are read back through its locator (record
+//!   0028). An entry leaves memory only once its append is fdatasynced, oldest first, while
+//!   the map is over `--experimental-raft-log-cache-bytes`; the newest entry always stays.
+//! - Purges happen only below a durable snapshot (openraft guarantees that ordering); they
+//!   bound the WAL, the window bounds memory.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
