@@ -83,6 +83,14 @@
 //! batch's records from the damaged one on) rather than reported. The same
 //! holds if the damage also destroys every `BatchEnd` after it.
 //!
+//! # Reading entries back
+//!
+//! The WAL knows where every live Entry frame is (`locator`: built by recovery from the
+//! surviving frames, then kept by the flusher as it writes), so `read_entries` returns an
+//! entry by index with one positioned read per segment span, its crc checked, exactly as a
+//! replay would have rebuilt it. The Raft log store uses it for entries it no longer keeps in
+//! memory.
+//!
 //! # Callbacks
 //!
 //! `submit` callbacks run on the flusher thread, in order. They must be
