@@ -7,8 +7,11 @@
 //!
 //! `dbSizeInUse` is the sum of the keys' and values' bytes of every record in the engine's
 //! trees: what a defragmentation would copy, so right after one `dbSize` is that plus sled's
-//! overhead. It is computed by a scan of the engine (off the runtime's threads) and reused
-//! for [`IN_USE_TTL`], so frequent status calls do not each read the whole store.
+//! overhead. It is computed by a scan of the engine (off the runtime's threads, one at a
+//! time, kept even if the caller gave up) and reused for [`IN_USE_TTL`], so frequent status
+//! calls do not each read the whole store; a call that finds a scan running waits at most
+//! [`IN_USE_WAIT`] and answers with the last value (etcd's figure is free: bbolt's page
+//! counts).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,8 +23,13 @@ use super::maintenance::dir_size;
 use crate::proto::etcdserverpb::DefragmentResponse;
 use crate::raft::RaftNode;
 
-/// How long a computed `dbSizeInUse` is reused.
-pub const IN_USE_TTL: Duration = Duration::from_secs(5);
+/// How long a computed `dbSizeInUse` is reused: a scan reads the whole store (1.5 GiB at a
+/// million keys of 1 KiB), so a monitor polling status every few seconds must not run one
+/// each time.
+pub const IN_USE_TTL: Duration = Duration::from_secs(30);
+
+/// How long a status call waits for a running scan before answering with the last value.
+pub const IN_USE_WAIT: Duration = Duration::from_millis(500);
 
 /// Defragments this member's engine; answers when the new one is in use.
 pub(crate) async fn defragment(node: &RaftNode) -> Result<DefragmentResponse, ApiError> {
@@ -55,37 +63,76 @@ pub(crate) async fn defragment(node: &RaftNode) -> Result<DefragmentResponse, Ap
     .map_err(|e| ApiError::Internal(format!("defragment: {e}")))?
 }
 
-static IN_USE: Mutex<Option<HashMap<PathBuf, (Instant, u64)>>> = Mutex::new(None);
-
-fn forget_in_use(dir: &PathBuf) {
-    if let Some(m) = IN_USE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-        m.remove(dir);
-    }
+/// Per engine directory: the last computed `dbSizeInUse` and whether a scan is running.
+#[derive(Default)]
+struct InUse {
+    last: Option<(Instant, u64)>,
+    scanning: bool,
 }
 
-/// `dbSizeInUse` (see the module doc); 0 if the engine cannot be read.
-pub(crate) async fn size_in_use(node: &RaftNode) -> u64 {
-    let dir = node.sm.db_dir();
-    if let Some(m) = IN_USE.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        if let Some((at, n)) = m.get(&dir) {
-            if at.elapsed() < IN_USE_TTL {
-                return *n;
-            }
-        }
-    }
-    let store = node.sm.store().clone();
-    let n = match tokio::task::spawn_blocking(move || store.live_bytes()).await {
-        Ok(Ok(n)) => n,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "sizing the live records");
-            return 0;
-        }
-        Err(_) => return 0,
-    };
-    IN_USE
+static IN_USE: Mutex<Option<HashMap<PathBuf, InUse>>> = Mutex::new(None);
+
+fn in_use<T>(f: impl FnOnce(&mut HashMap<PathBuf, InUse>) -> T) -> T {
+    f(IN_USE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(dir, (Instant::now(), n));
-    n
+        .get_or_insert_with(HashMap::new))
+}
+
+fn forget_in_use(dir: &PathBuf) {
+    in_use(|m| m.remove(dir));
+}
+
+/// `dbSizeInUse` (see the module doc): the value computed within [`IN_USE_TTL`], else the
+/// result of a scan if it ends within [`IN_USE_WAIT`], else the last value known; None if
+/// there is none yet (the caller answers with `dbSize`, an upper bound). The scan runs in a
+/// task of its own, one per engine at a time, and its result is kept whether or not the
+/// status call that started it is still waiting: a client with a short deadline on a large
+/// store must not start a new full scan with each retry.
+pub(crate) async fn size_in_use(node: &RaftNode) -> Option<u64> {
+    let dir = node.sm.db_dir();
+    let start = in_use(|m| {
+        let e = m.entry(dir.clone()).or_default();
+        if e.last.is_some_and(|(at, _)| at.elapsed() < IN_USE_TTL) || e.scanning {
+            return false;
+        }
+        e.scanning = true;
+        true
+    });
+    if start {
+        let store = node.sm.store().clone();
+        let dir = dir.clone();
+        tokio::spawn(async move {
+            let n = match tokio::task::spawn_blocking(move || store.live_bytes()).await {
+                Ok(Ok(n)) => Some(n),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "sizing the live records");
+                    None
+                }
+                Err(_) => None,
+            };
+            in_use(|m| {
+                let e = m.entry(dir).or_default();
+                e.scanning = false;
+                if let Some(n) = n {
+                    e.last = Some((Instant::now(), n));
+                }
+            });
+        });
+    }
+    let waited = Instant::now();
+    loop {
+        let (fresh, last, scanning) = in_use(|m| {
+            let e = m.entry(dir.clone()).or_default();
+            let fresh = e.last.filter(|(at, _)| at.elapsed() < IN_USE_TTL);
+            (fresh, e.last, e.scanning)
+        });
+        if let Some((_, n)) = fresh {
+            return Some(n);
+        }
+        if !scanning || waited.elapsed() >= IN_USE_WAIT {
+            return last.map(|(_, n)| n);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

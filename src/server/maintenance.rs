@@ -54,7 +54,9 @@ impl Maintenance for MaintenanceService {
         let node = &self.ctx.node;
         let m = node.raft.metrics().borrow_watched().clone();
         let db_size = dir_size(&node.sm.db_dir()) as i64;
-        let db_size_in_use = super::defrag::size_in_use(node).await as i64;
+        let db_size_in_use = super::defrag::size_in_use(node)
+            .await
+            .map_or(db_size, |n| n as i64);
         let recent = node.log.wal().recent_fsyncs();
         let is_learner = !m
             .membership_config
