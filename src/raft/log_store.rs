@@ -64,11 +64,7 @@ impl Default for LogState_ {
 
 /// The memory an entry costs in the window: its command plus the entry and map slot.
 fn entry_bytes(e: &Entry) -> usize {
-    let payload = match &e.payload {
-        openraft::EntryPayload::Normal(c) => c.0.len(),
-        _ => 0,
-    };
-    payload + 128
+    command_len(e) + 128
 }
 
 impl LogState_ {

@@ -1162,3 +1162,29 @@ fn entries_are_read_back_by_index() {
     assert_eq!(rest.len(), 10, "entries 21..=30");
     assert_eq!(rest[0], data_of(21));
 }
+
+/// An entry whose bytes changed on disk after it was written is refused when read back
+/// (`Corrupt`, naming the file and the frame), not returned.
+#[test]
+fn a_damaged_entry_is_refused_when_read_back() {
+    let fs = SimFs::new();
+    let (w, _) = open_sim(&fs, 1 << 20).unwrap();
+    for i in 0..10 {
+        w.write_sync(vec![entry(i, 100)]).unwrap();
+    }
+    let (path, data) = segment_files(&fs).pop().unwrap();
+    let (at, _, _) = frames(&data)
+        .into_iter()
+        .find(|(_, _, f)| matches!(f, Frame::Record(Record::Entry { index: 5, .. })))
+        .unwrap();
+    let mut f = fs.open_file(&path).unwrap();
+    f.write_at((at + FRAME_HEADER_LEN + 20) as u64, &[0xff])
+        .unwrap();
+    assert_eq!(w.read_entries(0..5, usize::MAX).unwrap().len(), 5);
+    match w.read_entries(4..8, usize::MAX) {
+        Err(WalError::Corrupt { file, offset, .. }) => {
+            assert_eq!((file, offset), (path, at as u64))
+        }
+        other => panic!("{other:?}"),
+    }
+}
