@@ -17,20 +17,21 @@
 //! - **sled** (`member/sm/db`, real files: sled does not go through the WAL's fs interface):
 //!   per crash, one of two extremes, chosen by the seed. *Wiped*: the directory is deleted, the
 //!   oldest state sled could come back with short of a broken disk: nothing since its last
-//!   explicit flush. kvd flushes sled only before it reports a snapshot built, and the snapshot
-//!   file holds exactly that state, so a wiped sled is rebuilt from the newest snapshot file
-//!   (`StateMachine::open` reinstalls it) plus the WAL; this is valid because the log is purged
-//!   only below a durable snapshot. *Kept*: sled as the stopped member left it (sled flushes on
-//!   close), i.e. every batch it applied, even ones applied from log entries the WAL had not
-//!   synced yet: the newest state a background flush could have reached. States in between
-//!   (a background flush part way) are not modelled; sled's own crash consistency is assumed
-//!   (it is at a batch boundary: one transaction per applied batch).
-//! - **Snapshot files** (`member/sm/snap`, real files, not routed through the SimFs): assumed to
-//!   survive once renamed into place (kvd fsyncs the file and the directory before it reports
-//!   the snapshot, and only then may the log be purged). A snapshot that was renamed but whose
-//!   directory fsync had not happened would in reality be allowed to vanish; here it always
-//!   survives. Half of the runs use a small `--snapshot-count` so snapshots, log purges and
-//!   snapshot reinstalls happen; the others never snapshot.
+//!   explicit flush. *Kept*: sled as the stopped member left it (sled flushes on close), i.e.
+//!   every batch it applied, even ones applied from log entries the WAL had not synced yet:
+//!   the newest state a background flush could have reached (openraft then purges the log up
+//!   to the applied entry). States in between (a background flush part way) are not modelled;
+//!   sled's own crash consistency is assumed (it is at a batch boundary: one transaction per
+//!   applied batch).
+//!   kvd keeps no copy of its store as a snapshot: a snapshot point flushes sled, and only
+//!   then may the log below it be purged, so sled's state at its last explicit flush is the
+//!   oldest a member can restart from once its log was purged. A wiped sled is that state only
+//!   while nothing was ever flushed, so sled is wiped only in runs that never snapshot; in the
+//!   others it is always kept.
+//! - **Snapshot files** (`member/sm/snap`, real files, not routed through the SimFs): only a
+//!   received snapshot is a file, until it is loaded; assumed to survive once renamed into
+//!   place. Half of the runs use a small `--snapshot-count` so snapshot points, log purges and
+//!   snapshot sends and installs happen; the others never snapshot.
 //! - **Identity** (`member/member.json`): written once at bootstrap, before any crash.
 //!
 //! "Stopping" a crashed member goes through `run`'s normal stop path, but with its WAL refusing
@@ -491,6 +492,16 @@ async fn run_inner(
     for i in 0..3 {
         sim.start(i);
     }
+    // See the module doc, sled: a wipe is a state sled can come back in only if the log was
+    // never purged (with fsync off nothing is a state it can come back in: that test wipes).
+    let opts = &RunOpts {
+        sled_keep: if snapshot_count < 100_000 && !opts.unsafe_no_fsync {
+            1.0
+        } else {
+            opts.sled_keep
+        },
+        ..opts.clone()
+    };
     let res = lives_loop(&mut sim, &mut rng, lives, opts, report).await;
     for i in 0..3 {
         if let Some(h) = sim.signal_stop(i) {

@@ -11,6 +11,7 @@ use openraft::storage::RaftStateMachine;
 use super::*;
 use crate::mvcc::failpoint::crash_after;
 use crate::proto::etcdserverpb::{LeaseGrantRequest, PutRequest, RangeRequest};
+use crate::raft::snapshot_file::SnapshotFile;
 use crate::raft::types::Membership;
 
 fn lid(index: u64) -> LogId {
@@ -100,26 +101,32 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// A snapshot of a store with `keys` keys (lease 7, applied index 100, members 1-3), and what
-/// a member serves with it installed. The snapshot's file lives in `d`.
+/// a member serves with it installed. The snapshot's file (the bytes a leader sends) lives in
+/// `d/sent`.
 async fn source_snapshot(d: &Path, keys: usize) -> (Source, Observed) {
     let mut sm = StateMachine::open(d).unwrap();
     fill(&sm, "s/", keys, 7, 100, &[1, 2, 3]);
-    let snap = sm
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
     let seen = observe(&sm);
     assert_eq!(seen.leases, vec![(7, 67)]);
-    let path = snapshot_file::latest(&d.join("snap")).unwrap().unwrap().1;
-    (
-        Source {
-            meta: snap.meta,
-            path,
-        },
-        seen,
-    )
+    (save(&mut sm, &d.join("sent")).await, seen)
+}
+
+/// The current snapshot of `sm`, as a leader sends it, saved as a file in `dir`.
+async fn save(sm: &mut StateMachine, dir: &Path) -> Source {
+    let snap = sm.get_current_snapshot().await.unwrap().unwrap();
+    let SnapshotData::Live(live) = snap.snapshot else {
+        panic!("a member's current snapshot is read from its engine");
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    let dir = dir.to_path_buf();
+    let path = tokio::task::spawn_blocking(move || live.write_file(&dir).unwrap().publish())
+        .await
+        .unwrap()
+        .unwrap();
+    Source {
+        meta: snap.meta,
+        path,
+    }
 }
 
 /// A built snapshot, by its file.
@@ -129,14 +136,14 @@ struct Source {
 }
 
 impl Source {
-    /// The snapshot as a leader sends it: a handle on the file.
-    fn file(&self) -> SnapshotFile {
-        SnapshotFile::open(&self.path).unwrap().1
+    /// The snapshot as a file opened from disk.
+    fn file(&self) -> SnapshotData {
+        SnapshotData::File(SnapshotFile::open(&self.path).unwrap().1)
     }
 }
 
 /// A closed member state-machine dir holding other keys (lease 9, applied index 50, members
-/// 1-2) and a snapshot of them, and what it serves.
+/// 1-2), snapshotted (flushed, no file), and what it serves.
 async fn template(dir: &Path, keys: usize) -> Observed {
     let mut sm = StateMachine::open(dir).unwrap();
     fill(&sm, "t/", keys, 9, 50, &[1, 2]);
@@ -145,6 +152,7 @@ async fn template(dir: &Path, keys: usize) -> Observed {
         .build_snapshot()
         .await
         .unwrap();
+    assert_eq!(newest_snapshot_index(dir), 0, "a build writes no file");
     observe(&sm)
 }
 
@@ -211,15 +219,15 @@ async fn an_undecodable_snapshot_is_refused_and_never_becomes_the_newest_file() 
     };
     let mut garbage = sm.receive_snapshot().unwrap();
     garbage.append(b"not a snapshot payload").unwrap();
-    let res = sm.install_snapshot(&meta, garbage.finish().unwrap()).await;
+    let garbage = SnapshotData::File(garbage.finish().unwrap());
+    let res = sm.install_snapshot(&meta, garbage).await;
     assert!(res.is_err(), "garbage was installed");
     let left: Vec<_> = std::fs::read_dir(d.path().join("snap"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(left.len(), 1, "the refused file is left behind: {left:?}");
+    assert!(left.is_empty(), "the refused file is left behind: {left:?}");
     assert_eq!(observe(&sm), before);
-    assert_eq!(newest_snapshot_index(d.path()), 50);
     drop(sm);
     let sm = StateMachine::open(d.path()).expect("reopen after a refused snapshot");
     assert_eq!(observe(&sm), before);
@@ -273,7 +281,7 @@ async fn reads_during_an_install_see_the_old_state_or_the_new_one() {
 
 /// The file of `snap` as a receiver gets it: through `snapshot_stream::receive` into `sm`'s
 /// snapshot directory, in chunks, checked on arrival.
-async fn receive(sm: &StateMachine, snap: &Source) -> SnapshotFile {
+async fn receive(sm: &StateMachine, snap: &Source) -> SnapshotData {
     let bytes = std::fs::read(&snap.path).unwrap();
     let chunks: Vec<_> = bytes
         .chunks(64 << 10)
@@ -285,14 +293,15 @@ async fn receive(sm: &StateMachine, snap: &Source) -> SnapshotFile {
         })
         .collect();
     let incoming = sm.receive_snapshot().unwrap();
-    crate::raft::snapshot_stream::receive(
+    let file = crate::raft::snapshot_stream::receive(
         incoming,
         &snap.meta,
         Vec::new(),
         futures::stream::iter(chunks),
     )
     .await
-    .unwrap()
+    .unwrap();
+    SnapshotData::File(file)
 }
 
 /// A received snapshot is read through once when it arrives (the check) and once when it is
@@ -341,7 +350,7 @@ async fn a_damaged_snapshot_opened_from_disk_is_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("checksum"), "{e}");
     assert_eq!(observe(&sm), before);
-    assert_eq!(newest_snapshot_index(d.path()), 50);
+    assert_eq!(newest_snapshot_index(d.path()), 0);
 
     std::fs::write(&snap.path, &whole).unwrap();
     sm.install_snapshot(&snap.meta, snap.file()).await.unwrap();
@@ -377,19 +386,7 @@ async fn install_time_of_a_large_received_snapshot() {
         }
     }
     sm.shared.mvcc.flush().unwrap();
-    let built = sm
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
-    let snap = Source {
-        meta: built.meta,
-        path: snapshot_file::latest(&src.path().join("snap"))
-            .unwrap()
-            .unwrap()
-            .1,
-    };
+    let snap = save(&mut sm, &src.path().join("sent")).await;
     let len = std::fs::metadata(&snap.path).unwrap().len();
     for checked in [false, true, false, true] {
         let d = tempfile::tempdir().unwrap();
@@ -399,7 +396,7 @@ async fn install_time_of_a_large_received_snapshot() {
         } else {
             let mut inc = sm.receive_snapshot().unwrap();
             inc.append(&std::fs::read(&snap.path).unwrap()).unwrap();
-            inc.finish().unwrap()
+            SnapshotData::File(inc.finish().unwrap())
         };
         let t0 = std::time::Instant::now();
         sm.install_snapshot(&snap.meta, file).await.unwrap();
@@ -408,4 +405,55 @@ async fn install_time_of_a_large_received_snapshot() {
             t0.elapsed()
         );
     }
+}
+
+/// A member keeps no copy of its store as a snapshot: a build writes no file, the snapshot a
+/// leader sends is its state when sent (newer than the last build), and a follower that
+/// installed one keeps no file once the load is done. A file the engine is past (as a version
+/// that kept snapshot files leaves) is removed when the state machine opens.
+#[tokio::test]
+async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
+    let src = tempfile::tempdir().unwrap();
+    let mut sm = StateMachine::open(src.path()).unwrap();
+    fill(&sm, "a/", 50, 7, 100, &[1, 2, 3]);
+    let built = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(built.meta.last_log_id, Some(lid(100)));
+    assert_eq!(
+        newest_snapshot_index(src.path()),
+        0,
+        "a build writes no file"
+    );
+    fill(&sm, "b/", 30, 8, 140, &[1, 2, 3]);
+    let want = observe(&sm);
+    let sent = save(&mut sm, &src.path().join("sent")).await;
+    assert_eq!(sent.meta.last_log_id, Some(lid(140)), "the state when sent");
+
+    let d = tempfile::tempdir().unwrap();
+    template(d.path(), 20).await;
+    let mut follower = StateMachine::open(d.path()).unwrap();
+    let file = receive(&follower, &sent).await;
+    follower.install_snapshot(&sent.meta, file).await.unwrap();
+    assert_eq!(observe(&follower), want);
+    let left: Vec<_> = std::fs::read_dir(d.path().join("snap"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "files left after the install: {left:?}");
+    drop(follower);
+    assert_eq!(observe(&StateMachine::open(d.path()).unwrap()), want);
+
+    // An older version's file, older than the engine: removed at open, the state untouched.
+    std::fs::copy(
+        &sent.path,
+        d.path().join("snap").join("000000000000008c.snap"),
+    )
+    .unwrap();
+    let reopened = StateMachine::open(d.path()).unwrap();
+    assert_eq!(observe(&reopened), want);
+    assert_eq!(newest_snapshot_index(d.path()), 0);
 }

@@ -20,6 +20,7 @@ pub mod peer_error;
 pub mod peer_service;
 pub mod prober;
 pub mod read_batch;
+pub mod snapshot_data;
 pub mod snapshot_file;
 pub mod snapshot_format;
 pub mod snapshot_stream;

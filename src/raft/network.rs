@@ -264,7 +264,7 @@ impl PeerConnection {
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerConnection {
-    type SnapshotData = super::snapshot_file::SnapshotFile;
+    type SnapshotData = super::snapshot_data::SnapshotData;
 
     /// openraft's own backoff, applied once a stream is open (a peer that answers but accepts
     /// nothing, or a stream that broke). It starts short because it is also paid once by the
@@ -375,7 +375,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                 return Err(StreamingError::Unreachable(Unreachable::new(&Msg(e))));
             }
         };
-        // Streamed from the file, a chunk at a time (see `snapshot_stream`).
+        // Streamed a chunk at a time (see `snapshot_stream`).
         let header = encode(&(vote, snapshot.meta.clone()));
         let (chunks, read_failure) = super::snapshot_stream::chunks(header, snapshot.snapshot);
         let send = client.install_snapshot(chunks);
@@ -384,8 +384,17 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
         self.links.record(self.target, &resp);
+        let sent_whole = resp.is_ok() && read_failure.lock().unwrap().is_none();
+        crate::metrics::count_peer(
+            if sent_whole {
+                &crate::metrics::SNAPSHOT_SEND_SUCCESS
+            } else {
+                &crate::metrics::SNAPSHOT_SEND_FAILURES
+            },
+            self.target,
+        );
         if let Some(e) = read_failure.lock().unwrap().take() {
-            // The receiver refused the short file; the next send starts from the newest one.
+            // The receiver refused the short file; the next send takes a new snapshot.
             return Err(StreamingError::Unreachable(Unreachable::new(&Msg(
                 format!("reading the snapshot file: {e}"),
             ))));

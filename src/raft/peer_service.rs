@@ -134,20 +134,33 @@ impl Peer for PeerService {
             .await
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
         let (vote, meta): (Vote, SnapshotMeta) = unblob(&first.header)?;
-        // Into a file, a chunk at a time; checked and installed by the state machine.
-        let incoming = self.node.sm.receive_snapshot().map_err(fatal)?;
-        let file = super::snapshot_stream::receive(incoming, &meta, first.data, stream).await?;
-        let snapshot = Snapshot {
-            meta,
-            snapshot: file,
-        };
-        let r = self
-            .node
-            .raft
-            .install_full_snapshot(vote, snapshot)
-            .await
-            .map_err(fatal)?;
-        Ok(blob(&r))
+        let from = vote.leader_id().node_id;
+        let installed = async {
+            // Into a file, a chunk at a time; checked and installed by the state machine.
+            let incoming = self.node.sm.receive_snapshot().map_err(fatal)?;
+            let file = super::snapshot_stream::receive(incoming, &meta, first.data, stream).await?;
+            let snapshot = Snapshot {
+                meta,
+                snapshot: super::snapshot_data::SnapshotData::File(file),
+            };
+            self.node
+                .raft
+                .install_full_snapshot(vote, snapshot)
+                .await
+                .map_err(fatal)
+        }
+        .await;
+        use crate::metrics::{count_peer, SNAPSHOT_RECEIVE_FAILURES, SNAPSHOT_RECEIVE_SUCCESS};
+        match installed {
+            Ok(r) => {
+                count_peer(&SNAPSHOT_RECEIVE_SUCCESS, from);
+                Ok(blob(&r))
+            }
+            Err(e) => {
+                count_peer(&SNAPSHOT_RECEIVE_FAILURES, from);
+                Err(e)
+            }
+        }
     }
 
     async fn forward(

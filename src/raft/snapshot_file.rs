@@ -490,11 +490,22 @@ impl Drop for Reading {
 /// progress): shrinking one would cut that send short. They are removed by a later call.
 pub fn remove_older(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
     let keep = dir.join(file_name(meta));
+    remove_where(dir, |p| p < keep.as_path())
+}
+
+/// Removes `meta`'s snapshot and older ones (as [`remove_older`]): once the engine is durable
+/// past them, a restart needs none.
+pub fn remove_through(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
+    let last = dir.join(file_name(meta));
+    remove_where(dir, |p| p <= last.as_path())
+}
+
+fn remove_where(dir: &Path, remove: impl Fn(&Path) -> bool) -> Result<(), StoreError> {
     let mut removed = false;
     for p in snapshot_files(dir)? {
-        if p < keep && Reading::held(&p) {
+        if remove(&p) && Reading::held(&p) {
             tracing::debug!("snapshot {} is being read; removed later", p.display());
-        } else if p < keep {
+        } else if remove(&p) {
             remove_in_steps(&p)?;
             removed = true;
         }

@@ -116,6 +116,12 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// The output written so far: bytes taken out of it are not written again, and the
+    /// checksum already covers them (a live snapshot sends them as chunks).
+    pub fn output_mut(&mut self) -> &mut W {
+        &mut self.out.inner
+    }
+
     /// Writes the end marker, the entry count and the checksum; returns the writer (not
     /// flushed or synced: the caller's to do).
     pub fn finish(mut self) -> io::Result<W> {

@@ -1,18 +1,20 @@
-//! A snapshot file on the wire: the leader's side streams it from its file in
-//! [`SNAPSHOT_CHUNK`]s, the receiving side appends the chunks to a file.
+//! A snapshot on the wire: the leader's side streams it in [`SNAPSHOT_CHUNK`]s, encoded from
+//! its engine as it goes (or read from a file), the receiving side appends the chunks to a
+//! file.
 //!
 //! Invariants:
 //! - Neither side holds more than a chunk or two of a snapshot in memory: the sender reads
 //!   the next chunk only when the gRPC stream asks for it (HTTP/2 flow control holds the
 //!   stream back while the peer is behind), the receiver takes the next chunk only once the
 //!   previous one is written.
-//! - The bytes sent are the snapshot file itself, checksum included: the receiver checks the
+//! - The bytes sent are a whole snapshot file's, checksum included: the receiver checks the
 //!   file it assembled before openraft sees it (once: the install does not read it again,
-//!   see `snapshot_file`), so a stream that broke, or ended early because the file shrank
-//!   under the sender (a newer snapshot replaced it), fails that send only; it is never
-//!   installed, and never reaches openraft's install, where any error stops the member.
-//! - A send that fails is restarted by openraft from the newest snapshot file; nothing is
-//!   rebuilt for it (the file stays until a newer snapshot replaces it).
+//!   see `snapshot_file`), so a stream that broke, or ended early because a read failed on
+//!   the sender, fails that send only; it is never installed, and never reaches openraft's
+//!   install, where any error stops the member.
+//! - A send that fails is restarted by openraft with a new snapshot of the current state
+//!   (`snapshot_data`): a retry sends what is current then, and the failed send's image is
+//!   dropped with its stream.
 
 use std::sync::{Arc, Mutex};
 
@@ -21,19 +23,49 @@ use tonic::Status;
 
 use super::error::StoreError;
 use super::limits::SNAPSHOT_CHUNK;
+use super::snapshot_data::{Encoder, SnapshotData};
 use super::snapshot_file::{Incoming, SnapshotFile};
 use super::types::SnapshotMeta;
 use crate::proto::kvdpb::SnapshotChunk;
 
-/// Why a send stopped early, if it did (a read of the file failed).
+/// Why a send stopped early, if it did (a read of the file or of the engine failed).
 pub type SendFailure = Arc<Mutex<Option<StoreError>>>;
 
-/// The chunks of a send: `header` alone first, then `file`'s bytes, read one chunk at a
-/// time as the stream is polled. A read error ends the stream early and is left in the
-/// returned [`SendFailure`] (the receiver refuses the short file).
+/// Where the bytes of a send come from.
+enum Source {
+    /// A snapshot file, read from `offset` on.
+    File { file: SnapshotFile, offset: u64 },
+    /// A live snapshot, encoded as it is sent.
+    Live(Encoder),
+}
+
+impl Source {
+    /// The next chunk, or `None` after the last. Blocks (file or engine reads).
+    fn next(&mut self) -> Result<Option<Vec<u8>>, StoreError> {
+        match self {
+            Source::File { file, offset } => {
+                let len = file.len();
+                if *offset >= len {
+                    return Ok(None);
+                }
+                let n = (len - *offset).min(SNAPSHOT_CHUNK as u64) as usize;
+                let mut buf = vec![0u8; n];
+                file.read_at(*offset, &mut buf)?;
+                *offset += n as u64;
+                Ok(Some(buf))
+            }
+            Source::Live(enc) => enc.next_chunk(SNAPSHOT_CHUNK),
+        }
+    }
+}
+
+/// The chunks of a send: `header` alone first, then the snapshot's bytes, one chunk at a
+/// time as the stream is polled (a file's read, a live snapshot's encoded). A read error ends
+/// the stream early and is left in the returned [`SendFailure`] (the receiver refuses the
+/// short file).
 pub fn chunks(
     header: Vec<u8>,
-    file: SnapshotFile,
+    data: SnapshotData,
 ) -> (
     impl Stream<Item = SnapshotChunk> + Send + 'static,
     SendFailure,
@@ -43,30 +75,33 @@ pub fn chunks(
         header,
         data: Vec::new(),
     };
-    let file = Arc::new(file);
+    let source = match data {
+        SnapshotData::File(file) => Ok(Source::File { file, offset: 0 }),
+        SnapshotData::Live(live) => live.encoder().map(Source::Live),
+    };
     let failed = failure.clone();
-    let data = futures::stream::unfold(0u64, move |offset| {
-        let (file, failed) = (file.clone(), failed.clone());
+    let data = futures::stream::unfold(Some(source), move |source| {
+        let failed = failed.clone();
         async move {
-            let len = file.len();
-            if offset >= len {
-                return None;
-            }
-            let n = (len - offset).min(SNAPSHOT_CHUNK as u64) as usize;
-            let read = tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; n];
-                file.read_at(offset, &mut buf).map(|()| buf)
-            })
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Io(std::io::Error::other(e))));
+            let mut source = match source? {
+                Ok(s) => s,
+                Err(e) => {
+                    *failed.lock().unwrap() = Some(e);
+                    return None;
+                }
+            };
+            let read = tokio::task::spawn_blocking(move || source.next().map(|c| (c, source)))
+                .await
+                .unwrap_or_else(|e| Err(StoreError::Io(std::io::Error::other(e))));
             match read {
-                Ok(data) => Some((
+                Ok((Some(data), source)) => Some((
                     SnapshotChunk {
                         header: Vec::new(),
                         data,
                     },
-                    offset + n as u64,
+                    Some(Ok(source)),
                 )),
+                Ok((None, _)) => None,
                 Err(e) => {
                     *failed.lock().unwrap() = Some(e);
                     None

@@ -9,11 +9,12 @@
 //! - The engine is not the source of truth and is not flushed per apply (an apply reaches it
 //!   only with the MVCC committer's next persist, see `mvcc::pending`): on restart openraft
 //!   re-applies from the engine's last-applied up to the durable committed index in the WAL.
-//! - A snapshot is a point-in-time image taken on the state-machine task, streamed entry by
-//!   entry into a file (on its own thread, see `build_snapshot`) that is fsynced, renamed and
-//!   whose directory is fsynced (`snapshot_file`). The engine is flushed before the snapshot
-//!   is reported built, because openraft may purge the log below it right after. No snapshot
-//!   is ever held in memory: built, sent, received and installed, it is a file.
+//! - A snapshot is a point-in-time image of the engine taken on the state-machine task; no
+//!   member keeps a copy of its store as a snapshot file. Building one (every
+//!   `--snapshot-count` entries) only makes the engine durable up to the image, because
+//!   openraft may purge the log below it right after. Sending one takes a new image of the
+//!   current state and encodes it as the stream asks (`snapshot_data`). A received snapshot
+//!   is a file until it is loaded, then removed. No snapshot is ever held in memory.
 //! - The lessor (in-memory lease expiries) hears of a batch's grants and revokes after the
 //!   batch commits and before any of its proposers is answered.
 //! - Installing a snapshot is crash-safe: the received file is read through and checked first
@@ -22,7 +23,9 @@
 //!   which keeps its own marker until its last write (the meta tree with last-applied and
 //!   membership); a restart that finds the marker (or an engine older than the newest
 //!   snapshot) reinstalls from the file.
-//! - Snapshot files are written and removed under `snap_io` only (builds and installs).
+//! - Snapshot files (received, restored, or left by older versions) are written and removed
+//!   under `snap_io` only. One is removed once the engine is durable past it: after its
+//!   load, or at open when the engine is at least as new.
 //! - Readers through the state machine's read methods never see a half-installed snapshot:
 //!   an install holds `install_gate` for writing from start to end.
 //! - Active alarms are meta keys like the member attributes; `alarms` mirrors them (loaded at
@@ -47,7 +50,8 @@ use tokio::sync::watch;
 use super::alarm_set::{AlarmSet, META_ALARM_PREFIX};
 use super::error::StoreError;
 use super::log_store::{decode, encode};
-use super::snapshot_file::{self, SnapshotFile};
+use super::snapshot_data::{LiveSnapshot, SnapshotData};
+use super::snapshot_file;
 use super::types::{
     Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -180,41 +184,11 @@ impl StateMachine {
             tracing::warn!(snapshot = %path.display(), interrupted, "state machine older than snapshot: reinstalling");
             self.load_snapshot_file(&meta, &path)?;
         }
+        // What the engine holds now is on disk (it was read from there, or the load flushed
+        // it), and at least as new as every file: none is needed any more.
+        let _io = self.shared.snap_io.lock().unwrap();
+        snapshot_file::remove_through(&self.shared.snap_dir, &meta)?;
         Ok(())
-    }
-
-    /// Rolls the state machine back to the newest snapshot (or to empty) if it holds applied
-    /// state beyond both the log's end (`last_log`, the last index the log store holds or
-    /// purged) and that snapshot.
-    ///
-    /// This happens after a power loss: a leader applies an entry once its followers made it
-    /// durable, before its own fsync returns, and the engine's background flush may persist
-    /// that state while the WAL loses the entry. The applied state is correct (only committed
-    /// entries are applied), but openraft reads "applied beyond the log" as "snapshot
-    /// installed, log not yet purged" and purges up to the applied index, past the newest
-    /// snapshot, which it then refuses to start with. Rolled back, the member re-applies what
-    /// its log holds and gets the rest from the leader.
-    pub fn roll_back_if_ahead_of(&self, last_log: u64) -> Result<(), StoreError> {
-        let applied = self.last_applied()?.map_or(0, |l| l.index);
-        let snapshot = snapshot_file::latest(&self.shared.snap_dir)?;
-        let snap_index = snapshot
-            .as_ref()
-            .and_then(|(m, _)| m.last_log_id.map(|l| l.index))
-            .unwrap_or(0);
-        if applied <= last_log || applied <= snap_index {
-            return Ok(());
-        }
-        tracing::warn!(
-            applied,
-            last_log,
-            snapshot = snap_index,
-            "state machine is ahead of the log (power loss before the WAL fsync): rolling it back \
-             to the newest snapshot"
-        );
-        match snapshot {
-            Some((meta, path)) => self.load_snapshot_file(&meta, &path),
-            None => self.load_snapshot(&SnapshotMeta::default(), std::iter::empty()),
-        }
     }
 
     /// Reloads the in-memory alarm set from the meta tree.
@@ -437,7 +411,7 @@ impl<A, B> Swap<A, B> for (A, B) {
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotData = SnapshotFile;
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
@@ -622,16 +596,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        // Runs on the state-machine task, so no apply interleaves with taking the image; the
-        // history itself is copied by `build_snapshot`, while applies go on.
-        let _defrag = self.shared.defrag_gate.read().await;
-        let image = (|| -> Result<_, StoreError> {
-            Ok((
-                self.last_applied()?,
-                self.membership()?,
-                self.shared.mvcc.image()?,
-            ))
-        })();
+        let image = self.image().await;
         SnapshotBuilder {
             sm: self.clone(),
             image: Some(image),
@@ -641,7 +606,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: SnapshotFile,
+        snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         // Checked whole before it is renamed into place: as the newest snapshot, a file that
         // cannot be loaded would fail every restart. A received file was read through when it
@@ -650,8 +615,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let t0 = std::time::Instant::now();
         let dir = self.shared.snap_dir.clone();
         let checked_meta = meta.clone();
-        let checked = tokio::task::spawn_blocking(move || {
-            snapshot_file::adopt(snapshot, &dir, &checked_meta)
+        let checked = tokio::task::spawn_blocking(move || match snapshot {
+            SnapshotData::File(file) => snapshot_file::adopt(file, &dir, &checked_meta),
+            // Another member's image (openraft's storage suite installs these).
+            SnapshotData::Live(live) => live.write_file(&dir),
         })
         .await
         .map_err(io::Error::other)??;
@@ -668,7 +635,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
             let (_, entries) = snapshot_file::entries(&path)?;
             self.load_snapshot(meta, entries)?;
-            snapshot_file::remove_older(&self.shared.snap_dir, meta)?;
+            // The load flushed the engine: the file is no longer needed for a restart.
+            snapshot_file::remove_through(&self.shared.snap_dir, meta)?;
             tracing::info!(
                 index = meta.last_log_id.map_or(0, |l| l.index),
                 bytes,
@@ -681,19 +649,34 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let _io = self.shared.snap_io.lock().unwrap();
-        let Some((_, path)) = snapshot_file::latest(&self.shared.snap_dir)? else {
+        // The current state, not the last built one: a follower that needs a snapshot gets
+        // what the leader holds now, read from the engine as it is sent (`snapshot_data`).
+        let (meta, image) = self.image().await?;
+        if meta.last_log_id.is_none() {
             return Ok(None);
-        };
-        let (meta, file) = SnapshotFile::open(&path)?;
+        }
         Ok(Some(Snapshot {
+            snapshot: SnapshotData::Live(LiveSnapshot::new(meta.clone(), image)),
             meta,
-            snapshot: file,
         }))
     }
 }
 
-type Image = (Option<LogId>, StoredMembership, crate::mvcc::Image);
+type Image = (SnapshotMeta, crate::mvcc::Image);
+
+impl StateMachine {
+    /// An image of the state machine at its last applied entry, with that entry's meta.
+    /// Called on the state-machine task, so no apply interleaves with taking it; the history
+    /// itself is read later, while applies go on (see `mvcc::Image`).
+    async fn image(&self) -> Result<Image, StoreError> {
+        let _defrag = self.shared.defrag_gate.read().await;
+        let meta = SnapshotMeta {
+            last_log_id: self.last_applied()?,
+            last_membership: self.membership()?,
+        };
+        Ok((meta, self.shared.mvcc.image()?))
+    }
+}
 
 pub struct SnapshotBuilder {
     sm: StateMachine,
@@ -701,49 +684,36 @@ pub struct SnapshotBuilder {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    type SnapshotData = SnapshotFile;
+    type SnapshotData = SnapshotData;
 
+    /// Makes the engine durable up to the image, so that openraft may purge the log below it;
+    /// nothing is copied (see the module doc). Files of snapshots the engine is now past
+    /// (received, restored, or from an older version) are removed.
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let (last_applied, membership, image) = self
+        let (meta, image) = self
             .image
             .take()
             .ok_or_else(|| io::Error::other("snapshot builder used twice"))??;
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-        };
         let shared = self.sm.shared.clone();
         let file_meta = meta.clone();
-        // All blocking, and the image's hold on history deletion ends with the copy, on this
-        // thread: it does not wait for any async task. At a low priority (see `background`).
-        let file = super::background::run("snapshot", move || -> Result<_, StoreError> {
+        // A flush of a large engine takes a while: at a low priority (see `background`).
+        super::background::run("snapshot", move || -> Result<_, StoreError> {
             let t0 = std::time::Instant::now();
-            // The engine must be at least as new as the snapshot before openraft purges the log
-            // below it (taking the image persisted the pending buffer; this makes it durable).
+            // Taking the image persisted the pending buffer; this makes it durable.
             shared.mvcc.engine().flush()?;
-            let t1 = std::time::Instant::now();
-            // The history streams from the engine into the file, entry by entry.
-            let built = snapshot_file::write(&shared.snap_dir, &file_meta, image.entries())?;
-            let bytes = built.bytes;
-            let t2 = std::time::Instant::now();
             let _io = shared.snap_io.lock().unwrap();
-            let path = built.publish()?;
-            snapshot_file::remove_older(&shared.snap_dir, &file_meta)?;
-            let ms = |a: std::time::Instant, b: std::time::Instant| (b - a).as_millis() as u64;
-            tracing::info!(
+            snapshot_file::remove_through(&shared.snap_dir, &file_meta)?;
+            tracing::debug!(
                 index = file_meta.last_log_id.map_or(0, |l| l.index),
-                bytes,
-                flush_ms = ms(t0, t1),
-                write_ms = ms(t1, t2),
-                publish_ms = ms(t2, std::time::Instant::now()),
-                "saved snapshot"
+                flush_ms = t0.elapsed().as_millis() as u64,
+                "snapshot point: engine flushed"
             );
-            Ok(SnapshotFile::open(&path)?.1)
+            Ok(())
         })
         .await??;
         Ok(Snapshot {
+            snapshot: SnapshotData::Live(LiveSnapshot::new(meta.clone(), image)),
             meta,
-            snapshot: file,
         })
     }
 }

@@ -143,7 +143,6 @@ pub async fn start_raft(
     let log = LogStore::open_on(&member.dir.join("wal"), &cfg.wal)?;
     log.set_cache_bytes(cfg.raft_log_cache_bytes);
     let sm = StateMachine::open_with(&member.dir.join("sm"), cfg.engine)?;
-    sm.roll_back_if_ahead_of(log.last_index())?;
     if cfg.force_new_cluster && !member.fresh {
         crate::raft::force_new_cluster::force_new_cluster(&log, &sm, member.ident.member_id)
             .await?;
