@@ -59,5 +59,30 @@ pub static PROPOSALS_PENDING: AtomicI64 = AtomicI64::new(0);
 /// `To`). Every attempt counts, so its rate shows how hard this member retries a down peer.
 pub static PEER_SENT_FAILURES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
 
+/// Snapshots sent to each peer and found whole by it, by member id (etcd:
+/// `etcd_network_snapshot_send_success`, per `To`).
+pub static SNAPSHOT_SEND_SUCCESS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// Snapshot sends to each peer that failed (a broken stream, a read error, a refusal), by
+/// member id (etcd: `etcd_network_snapshot_send_failures`, per `To`).
+pub static SNAPSHOT_SEND_FAILURES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// Snapshots received from each leader and installed, by member id (etcd:
+/// `etcd_network_snapshot_receive_success`, per `From`).
+pub static SNAPSHOT_RECEIVE_SUCCESS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// Snapshots from each leader that were not installed (a broken stream, a file that does not
+/// check), by member id (etcd: `etcd_network_snapshot_receive_failures`, per `From`).
+pub static SNAPSHOT_RECEIVE_FAILURES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// Adds one to `peer`'s count in a per-peer counter.
+pub fn count_peer(counter: &Mutex<BTreeMap<u64, u64>>, peer: u64) {
+    *counter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(peer)
+        .or_default() += 1;
+}
+
 /// History records deleted by compactions (etcd: `etcd_debugging_mvcc_db_compaction_keys_total`).
 pub static COMPACTION_KEYS: AtomicU64 = AtomicU64::new(0);

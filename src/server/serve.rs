@@ -134,12 +134,14 @@ pub fn serve(
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
     let services = client_services(cfg, member, &ctx, max_msg);
+    let scrape = observe::Scrape::new(node.clone());
+    let mut aux = vec![tokio::spawn(scrape.clone().watch_leader())];
     for (i, l) in listeners.client.into_iter().enumerate() {
         let router = tonic::transport::Server::builder()
             // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
             // the HTTP/2 preface), as etcd multiplexes both on its client port.
             .accept_http1(true)
-            .add_routes(client_routes(&services, node, max_msg));
+            .add_routes(client_routes(&services, node, &scrape, max_msg));
         let stop = stopped(stop_rx.clone());
         servers.push(
             match tls_for(&cfg.tls.listen_client_https, i, &member.tls.client_server) {
@@ -152,18 +154,13 @@ pub fn serve(
         );
     }
 
-    let mut aux = Vec::new();
-    if !listeners.metrics.is_empty() {
-        let scrape = observe::Scrape::new(node.clone());
-        aux.push(tokio::spawn(scrape.clone().watch_leader()));
-        for l in listeners.metrics {
-            let fut = observe::serve(l, scrape.clone(), stopped(stop_rx.clone()));
-            aux.push(tokio::spawn(async move {
-                if let Err(e) = fut.await {
-                    tracing::warn!("metrics listener: {e}");
-                }
-            }));
-        }
+    for l in listeners.metrics {
+        let fut = observe::serve(l, scrape.clone(), stopped(stop_rx.clone()));
+        aux.push(tokio::spawn(async move {
+            if let Err(e) = fut.await {
+                tracing::warn!("metrics listener: {e}");
+            }
+        }));
     }
 
     let mut background = vec![
@@ -267,9 +264,14 @@ fn client_services(
 }
 
 /// A client listener's routes: the etcd gRPC services (counted by the gRPC metrics), the JSON
-/// gateway and its plain endpoints, and a fallback that answers gRPC calls to unknown methods
+/// gateway and its plain endpoints, `/metrics` (as etcd's client port), and a fallback that answers gRPC calls to unknown methods
 /// with `Unimplemented` and anything else with 404.
-fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) -> Routes {
+fn client_routes(
+    services: &gateway::Services,
+    node: &RaftNode,
+    scrape: &observe::Scrape,
+    max_msg: usize,
+) -> Routes {
     let grpc = Routes::new(services.kv.clone())
         .add_service(services.watch.clone())
         .add_service(services.lease.clone())
@@ -285,6 +287,7 @@ fn client_routes(services: &gateway::Services, node: &RaftNode, max_msg: usize) 
         .layer(crate::metrics::GrpcMetricsLayer);
     Routes::from(
         grpc.merge(gateway::router(services.clone(), node.clone(), max_msg))
+            .merge(observe::metrics_router(scrape.clone()))
             .fallback(gateway::not_found),
     )
 }

@@ -569,3 +569,19 @@ pub async fn local_get(c: &Cluster, i: usize, k: &str) -> Option<KeyValue> {
         .into_inner();
     r.kvs.into_iter().next()
 }
+
+/// A plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`: the status code and the body.
+pub async fn http_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}

@@ -137,19 +137,56 @@ pub fn render(s: &Scrape) -> String {
         // The current engine generation (defragmentation moves it).
         crate::server::maintenance::dir_size(&s.node.sm.db_dir()) as f64,
     );
-    let peers: Vec<(String, u64)> = crate::metrics::PEER_SENT_FAILURES
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(id, n)| (format!("{id:x}"), *n))
-        .collect();
-    w.counter_vec(
-        "etcd_network_peer_sent_failures_total",
-        "The total number of send failures from peers.",
-        peers
+    use crate::metrics::{
+        PEER_SENT_FAILURES, SNAPSHOT_RECEIVE_FAILURES, SNAPSHOT_RECEIVE_SUCCESS,
+        SNAPSHOT_SEND_FAILURES, SNAPSHOT_SEND_SUCCESS,
+    };
+    for (name, help, label, counter) in [
+        (
+            "etcd_network_peer_sent_failures_total",
+            "The total number of send failures from peers.",
+            "To",
+            &PEER_SENT_FAILURES,
+        ),
+        (
+            "etcd_network_snapshot_send_success",
+            "Total number of successful snapshot sends",
+            "To",
+            &SNAPSHOT_SEND_SUCCESS,
+        ),
+        (
+            "etcd_network_snapshot_send_failures",
+            "Total number of snapshot send failures",
+            "To",
+            &SNAPSHOT_SEND_FAILURES,
+        ),
+        (
+            "etcd_network_snapshot_receive_success",
+            "Total number of successful snapshot receives",
+            "From",
+            &SNAPSHOT_RECEIVE_SUCCESS,
+        ),
+        (
+            "etcd_network_snapshot_receive_failures",
+            "Total number of snapshot receive failures",
+            "From",
+            &SNAPSHOT_RECEIVE_FAILURES,
+        ),
+    ] {
+        let peers: Vec<(String, u64)> = counter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|(to, n)| (vec![("To", to.as_str())], *n as f64)),
-    );
+            .map(|(id, n)| (format!("{id:x}"), *n))
+            .collect();
+        w.counter_vec(
+            name,
+            help,
+            peers
+                .iter()
+                .map(|(peer, n)| (vec![(label, peer.as_str())], *n as f64)),
+        );
+    }
     let table = grpc_table();
     w.counter_vec(
         "grpc_server_handled_total",

@@ -1,5 +1,6 @@
 //! The metrics HTTP listener: `GET /metrics` and the health endpoints (`/health`, `/livez`,
-//! `/readyz`, see [`super::health`]), as etcd serves them on `--listen-metrics-urls`.
+//! `/readyz`, see [`super::health`]), as etcd serves them on `--listen-metrics-urls`; and
+//! `GET /metrics` for the client port.
 
 use std::future::Future;
 
@@ -13,10 +14,13 @@ use tokio::net::TcpListener;
 use super::collect::{render, Scrape};
 
 pub fn router(s: Scrape) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .merge(super::health::router(s.node.clone()))
-        .with_state(s)
+    metrics_router(s.clone()).merge(super::health::router(s.node))
+}
+
+/// `GET /metrics` alone: the client port serves it too, as etcd's does (with the client
+/// port's TLS and client certificates).
+pub fn metrics_router(s: Scrape) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(s)
 }
 
 /// Serves until `shutdown` resolves.

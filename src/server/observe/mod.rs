@@ -15,4 +15,4 @@ mod endpoint;
 pub mod health;
 
 pub use collect::{render, Scrape};
-pub use endpoint::{router, serve};
+pub use endpoint::{metrics_router, router, serve};
