@@ -673,6 +673,12 @@ impl MvccStore {
         })
     }
 
+    /// Whether an [`Image`] is held (or a compaction step is deleting history right now): a
+    /// defragmentation or a load would wait for it.
+    pub fn images_held(&self) -> bool {
+        self.inner.history_gate.try_write().is_err()
+    }
+
     /// Every entry of the MVCC trees as (tree name, key, value): [`Self::image`] copied at
     /// once.
     pub fn dump(&self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> + '_ {

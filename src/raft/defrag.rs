@@ -11,6 +11,8 @@
 //! - A crash at any point leaves the old generation or the new one current, each whole; and
 //!   the state machine is rebuilt from the log above whichever it is, as after any restart.
 //! - One defragmentation at a time (the gate).
+//! - A defragmentation waits, without the gate, until no snapshot image is held (a send to a
+//!   follower in progress), so applies do not pause for the length of a send.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,6 +25,9 @@ use crate::raft::error::StoreError;
 /// How long the old generation may stay open (scans in flight) before its removal is left to
 /// the next start.
 const OLD_ENGINE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How often a defragmentation looks again whether a snapshot send has ended.
+const IMAGE_POLL: Duration = Duration::from_millis(50);
 
 /// What a defragmentation did.
 #[derive(Debug, Clone)]
@@ -49,7 +54,17 @@ impl StateMachine {
     /// Runs to the end even if the caller stops waiting: the pause is released by the thread
     /// that copies, when it is done.
     pub async fn defragment(&self) -> Result<Defragmented, StoreError> {
-        let no_applies = self.shared.defrag_gate.clone().write_owned().await;
+        // A snapshot being sent holds an image until the send ends (`snapshot_data`); the copy
+        // waits for it, and must not hold the gate (pausing applies) meanwhile. No image can
+        // be taken while the gate is held: taking one reads the gate.
+        let no_applies = loop {
+            let gate = self.shared.defrag_gate.clone().write_owned().await;
+            if !self.shared.mvcc.images_held() {
+                break gate;
+            }
+            drop(gate);
+            tokio::time::sleep(IMAGE_POLL).await;
+        };
         let sm = self.clone();
         tokio::task::spawn_blocking(move || {
             let res = sm.defragment_now();

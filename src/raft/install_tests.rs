@@ -457,3 +457,32 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
     assert_eq!(observe(&reopened), want);
     assert_eq!(newest_snapshot_index(d.path()), 0);
 }
+
+/// A defragmentation that starts while a snapshot is being sent waits for the send to end
+/// without pausing applies (it does not hold the gate applies read), then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_defragmentation_waits_for_a_send_without_pausing_applies() {
+    let d = tempfile::tempdir().unwrap();
+    let mut sm = StateMachine::open(d.path()).unwrap();
+    fill(&sm, "a/", 40, 7, 100, &[1, 2, 3]);
+    let want = observe(&sm);
+    let sending = sm.get_current_snapshot().await.unwrap().unwrap();
+    let defrag = tokio::spawn({
+        let sm = sm.clone();
+        async move { sm.defragment().await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!defrag.is_finished(), "the defragmentation did not wait");
+    assert!(
+        sm.shared.defrag_gate.try_read().is_ok(),
+        "applies are paused while the send goes on"
+    );
+    drop(sending);
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), defrag)
+        .await
+        .expect("the defragmentation ran once the send ended")
+        .unwrap()
+        .unwrap();
+    assert!(done.records > 0);
+    assert_eq!(observe(&sm), want);
+}
