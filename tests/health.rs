@@ -19,20 +19,11 @@ struct Reply {
 
 /// One plain HTTP/1.0 request (no client crate: the exact bytes matter here).
 async fn http(method: &str, port: u16, path: &str) -> Reply {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    s.write_all(format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+    let (code, head, body) = common::http_request(method, "127.0.0.1", port, path).await;
     Reply {
-        code: head.split_whitespace().nth(1).unwrap().parse().unwrap(),
+        code,
         head: head.to_lowercase(),
-        body: body.to_string(),
+        body,
     }
 }
 

@@ -181,16 +181,8 @@ impl Drop for Member {
 
 /// Plain HTTP/1.0 GET: (status code, body).
 async fn http_get(host: &str, port: u16, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect((host, port)).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
-    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
+    let (code, _, body) = common::http_request("GET", host, port, path).await;
+    (code, body)
 }
 
 /// What kubelet's probes and the API server see: the probes on the metrics URL (where kubeadm

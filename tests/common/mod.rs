@@ -570,18 +570,28 @@ pub async fn local_get(c: &Cluster, i: usize, k: &str) -> Option<KeyValue> {
     r.kvs.into_iter().next()
 }
 
-/// A plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`: the status code and the body.
-pub async fn http_get(port: u16, path: &str) -> (u16, String) {
+/// One plain HTTP/1.0 request (no client crate: the exact bytes matter to some tests):
+/// the status code, the head (status line and headers) and the body.
+pub async fn http_request(
+    method: &str,
+    host: &str,
+    port: u16,
+    path: &str,
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+    let mut s = tokio::net::TcpStream::connect((host, port)).await.unwrap();
+    s.write_all(format!("{method} {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.unwrap();
     let (head, body) = buf.split_once("\r\n\r\n").unwrap();
     let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
+    (code, head.to_string(), body.to_string())
+}
+
+/// A plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`: the status code and the body.
+pub async fn http_get(port: u16, path: &str) -> (u16, String) {
+    let (code, _, body) = http_request("GET", "127.0.0.1", port, path).await;
+    (code, body)
 }
