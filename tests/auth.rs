@@ -581,7 +581,10 @@ async fn failed_logins_are_bounded_and_huge_passwords_cost_nothing_more() {
     }
     let took = flood.await.unwrap();
     eprintln!("{n} failed logins in {took:?}; slowest concurrent put {worst:?}");
-    assert!(worst < Duration::from_secs(1), "a put took {worst:?}");
+    // What this catches is a put queued behind the password checks: it would wait for most of
+    // the flood (tens of seconds). The other tests of this file run their clusters beside it on
+    // 2 cores, and a put has been seen to take 1.25 s with nothing queued: the bound is 3 s.
+    assert!(worst < Duration::from_secs(3), "a put took {worst:?}");
 }
 
 /// `--auth-token jwt,...` for member `i` of a JWT cluster with `ttl`: members 0 and 1 sign
