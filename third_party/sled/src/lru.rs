@@ -16,14 +16,17 @@ use crate::{
 #[cfg(any(test, feature = "lock_free_delays"))]
 const MAX_QUEUE_ITEMS: usize = 4;
 
+// kvd patch: 8, not 64 (see KVD_PATCH.md): accesses queued in a shard are pages in memory
+// the LRU has not counted yet.
 #[cfg(not(any(test, feature = "lock_free_delays")))]
-const MAX_QUEUE_ITEMS: usize = 64;
+const MAX_QUEUE_ITEMS: usize = 8;
 
 #[cfg(any(test, feature = "lock_free_delays"))]
 const N_SHARDS: usize = 2;
 
+// kvd patch: 16, not 256 (see KVD_PATCH.md).
 #[cfg(not(any(test, feature = "lock_free_delays")))]
-const N_SHARDS: usize = 256;
+const N_SHARDS: usize = 16;
 
 struct AccessBlock {
     len: AtomicUsize,
