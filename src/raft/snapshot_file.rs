@@ -15,7 +15,6 @@
 //! - Nothing here holds a snapshot in memory: files are written and read one entry (or one
 //!   chunk) at a time.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::os::unix::fs::FileExt;
@@ -164,9 +163,6 @@ pub struct SnapshotFile {
     file: File,
     len: u64,
     path: PathBuf,
-    /// Set for a published snapshot opened to be read (sent, loaded): while it is held,
-    /// [`remove_older`] leaves the file alone, so a send is not cut short by a newer snapshot.
-    _reading: Option<Reading>,
     temp: Option<Temp>,
     /// Set only by [`SnapshotFile::check`], which read this file through.
     checked: Option<Checked>,
@@ -202,7 +198,6 @@ impl SnapshotFile {
                 file,
                 len,
                 path: path.to_path_buf(),
-                _reading: Some(Reading::new(path)),
                 temp: None,
                 checked: None,
             },
@@ -280,7 +275,6 @@ impl Incoming {
             file: File::open(&path)?,
             len: self.len,
             path,
-            _reading: None,
             temp: Some(self.temp),
             checked: None,
         })
@@ -455,46 +449,8 @@ fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// The published snapshot files open for reading in this process, with how many holders.
-static READING: std::sync::Mutex<BTreeMap<PathBuf, usize>> = std::sync::Mutex::new(BTreeMap::new());
-
-/// A hold on a published snapshot file: see [`SnapshotFile`]'s `_reading`.
-struct Reading(PathBuf);
-
-impl Reading {
-    fn new(path: &Path) -> Reading {
-        let mut open = READING.lock().unwrap_or_else(|e| e.into_inner());
-        *open.entry(path.to_path_buf()).or_default() += 1;
-        Reading(path.to_path_buf())
-    }
-
-    fn held(path: &Path) -> bool {
-        let open = READING.lock().unwrap_or_else(|e| e.into_inner());
-        open.contains_key(path)
-    }
-}
-
-impl Drop for Reading {
-    fn drop(&mut self) {
-        let mut open = READING.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.0) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.0);
-            }
-        }
-    }
-}
-
-/// Removes snapshots older than `meta`'s, except those still open for reading (a send in
-/// progress): shrinking one would cut that send short. They are removed by a later call.
-pub fn remove_older(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
-    let keep = dir.join(file_name(meta));
-    remove_where(dir, |p| p < keep.as_path())
-}
-
-/// Removes `meta`'s snapshot and older ones (as [`remove_older`]): once the engine is durable
-/// past them, a restart needs none.
+/// Removes `meta`'s snapshot and older ones: once the engine is durable past them, a restart
+/// needs none.
 pub fn remove_through(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
     let last = dir.join(file_name(meta));
     remove_where(dir, |p| p <= last.as_path())
@@ -503,9 +459,7 @@ pub fn remove_through(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError>
 fn remove_where(dir: &Path, remove: impl Fn(&Path) -> bool) -> Result<(), StoreError> {
     let mut removed = false;
     for p in snapshot_files(dir)? {
-        if remove(&p) && Reading::held(&p) {
-            tracing::debug!("snapshot {} is being read; removed later", p.display());
-        } else if remove(&p) {
+        if remove(&p) {
             remove_in_steps(&p)?;
             removed = true;
         }
@@ -520,6 +474,7 @@ fn remove_where(dir: &Path, remove: impl Fn(&Path) -> bool) -> Result<(), StoreE
 pub(crate) mod tests {
     use super::*;
     use crate::mvcc::{META_TREE, REV_TREE};
+    use std::collections::BTreeMap;
 
     /// Bytes read through [`Input`], by the directory of the file read.
     static READ: std::sync::Mutex<BTreeMap<PathBuf, u64>> = std::sync::Mutex::new(BTreeMap::new());
@@ -620,7 +575,7 @@ pub(crate) mod tests {
         let (older, newer) = (meta_at(7), meta_at(9));
         let old_path = write_now(d.path(), &older, &data);
         let new_path = write_now(d.path(), &newer, &data[1..]);
-        remove_older(d.path(), &newer).unwrap();
+        remove_through(d.path(), &older).unwrap();
         assert!(!old_path.exists());
         assert_eq!(read_all(&new_path).unwrap(), (newer, data[1..].to_vec()));
         assert_eq!(latest(d.path()).unwrap().unwrap().1, new_path);
@@ -704,25 +659,13 @@ pub(crate) mod tests {
         assert_eq!(read_all(&path).unwrap(), (meta, want));
     }
 
-    /// A snapshot being sent (open for reading) survives a newer snapshot's removal of older
-    /// ones, reads whole to its end, and is removed by the next removal once released; a
-    /// received file cut short is refused by [`SnapshotFile::check`].
+    /// A received file cut short is refused by [`SnapshotFile::check`].
     #[test]
-    fn a_snapshot_being_sent_is_not_cut_short_by_a_newer_one() {
+    fn a_received_snapshot_cut_short_is_refused() {
         let d = tempfile::tempdir().unwrap();
-        let old = write_now(d.path(), &meta_at(10), &entries_of(3000, 1024));
-        let (_, sending) = SnapshotFile::open(&old).unwrap();
-        write_now(d.path(), &meta_at(20), &entries_of(10, 8));
-        remove_older(d.path(), &meta_at(20)).unwrap();
-        assert!(old.exists(), "removed while being sent");
-        let mut all = vec![0u8; sending.len() as usize];
-        sending.read_at(0, &mut all).unwrap();
-        drop(sending.check(&meta_at(10)).unwrap());
-        remove_older(d.path(), &meta_at(20)).unwrap();
-        assert!(!old.exists(), "left behind once released");
-
+        let whole = fs::read(write_now(d.path(), &meta_at(10), &entries_of(3000, 1024))).unwrap();
         let mut short = Incoming::create(d.path()).unwrap();
-        short.append(&all[..all.len() - 100]).unwrap();
+        short.append(&whole[..whole.len() - 100]).unwrap();
         let short = short.finish().unwrap();
         assert!(short.check(&meta_at(10)).is_err());
     }
@@ -747,10 +690,10 @@ pub(crate) mod tests {
             for i in 0..8 {
                 fs::write(d.path().join(file_name(&meta(round * 10 + i))), b"old").unwrap();
             }
-            let keep = meta(round * 10 + 7);
+            let last = meta(round * 10 + 6);
             let (a, b) = std::thread::scope(|s| {
-                let a = s.spawn(|| remove_older(d.path(), &keep));
-                let b = s.spawn(|| remove_older(d.path(), &keep));
+                let a = s.spawn(|| remove_through(d.path(), &last));
+                let b = s.spawn(|| remove_through(d.path(), &last));
                 (a.join().unwrap(), b.join().unwrap())
             });
             a.unwrap_or_else(|e| panic!("round {round}: {e}"));
