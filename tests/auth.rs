@@ -492,6 +492,18 @@ async fn auth_survives_restarts_and_snapshot_installs() {
         ),
         "no snapshot receive counted:\n{metrics}"
     );
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with("etcd_network_snapshot_receive_total_duration_seconds_count{From=")
+            && !l.ends_with(" 0")),
+        "no snapshot receive duration observed:\n{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "etcd_server_snapshot_apply_in_progress_total 0"),
+        "a snapshot apply still in progress after the install:\n{metrics}"
+    );
     // Restart every member: still enabled, the old token is gone (tokens are in memory).
     c.kill_all_and_restart();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -206,6 +206,12 @@ async fn follower_killed_during_snapshot_installs_ends_with_every_key_and_lease(
     let sent = counted(&leader_metrics, "etcd_network_snapshot_send_success");
     let failed = counted(&leader_metrics, "etcd_network_snapshot_send_failures");
     eprintln!("snapshot sends counted by the leader: {sent} whole, {failed} failed");
+    // Each whole send is timed too (etcd's send duration histogram).
+    let timed = counted(
+        &leader_metrics,
+        "etcd_network_snapshot_send_total_duration_seconds_count",
+    );
+    assert_eq!(timed, sent, "whole sends timed:\n{leader_metrics}");
     // Every install the follower began was a send; most were cut by the kill.
     assert!(
         sent + failed >= seen as f64,

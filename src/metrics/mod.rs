@@ -19,6 +19,7 @@
 
 mod grpc;
 mod histogram;
+mod peer_histogram;
 mod recent;
 mod text;
 
@@ -28,6 +29,7 @@ use std::sync::Mutex;
 
 pub use grpc::{snapshot as grpc_table, GrpcMetricsLayer, Table as GrpcTable};
 pub use histogram::{AtomicHistogram, HistogramSnapshot};
+pub use peer_histogram::{PeerHistograms, PeerSeries, SNAPSHOT_BUCKETS};
 pub use recent::{RecentLatency, RecentSummary, WINDOW_SECS};
 pub use text::TextWriter;
 
@@ -74,6 +76,20 @@ pub static SNAPSHOT_RECEIVE_SUCCESS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTre
 /// Snapshots from each leader that were not installed (a broken stream, a file that does not
 /// check), by member id (etcd: `etcd_network_snapshot_receive_failures`, per `From`).
 pub static SNAPSHOT_RECEIVE_FAILURES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// Duration of each snapshot sent whole to a peer, from the first chunk to the peer's answer
+/// (its install included), by member id (etcd: `etcd_network_snapshot_send_total_duration_seconds`,
+/// per `To`).
+pub static SNAPSHOT_SEND_SECONDS: PeerHistograms = PeerHistograms::new(&SNAPSHOT_BUCKETS);
+
+/// Duration of each snapshot received and installed, from its first chunk to the end of its
+/// install, by leader id (etcd: `etcd_network_snapshot_receive_total_duration_seconds`, per
+/// `From`).
+pub static SNAPSHOT_RECEIVE_SECONDS: PeerHistograms = PeerHistograms::new(&SNAPSHOT_BUCKETS);
+
+/// 1 while this member loads a received snapshot into its store, else 0 (etcd:
+/// `etcd_server_snapshot_apply_in_progress_total`).
+pub static SNAPSHOT_APPLY_IN_PROGRESS: AtomicI64 = AtomicI64::new(0);
 
 /// Adds one to `peer`'s count in a per-peer counter.
 pub fn count_peer(counter: &Mutex<BTreeMap<u64, u64>>, peer: u64) {

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use super::histogram::HistogramSnapshot;
+use super::peer_histogram::PeerSeries;
 use super::DISK_BUCKETS;
 
 pub struct TextWriter {
@@ -91,6 +92,28 @@ impl TextWriter {
         let _ = writeln!(self.out, "{name}_count {}", h.count);
     }
 
+    /// A histogram family with one series per peer, labelled `label` (the peer's id in hex,
+    /// as etcd spells member ids), over `bounds`.
+    pub fn histogram_vec(
+        &mut self,
+        name: &str,
+        help: &str,
+        label: &str,
+        bounds: &[f64],
+        series: &[PeerSeries],
+    ) {
+        self.header(name, help, "histogram");
+        for s in series {
+            let peer = format!("{label}=\"{:x}\"", s.peer);
+            for (bound, c) in bounds.iter().zip(&s.buckets) {
+                let _ = writeln!(self.out, "{name}_bucket{{{peer},le=\"{bound}\"}} {c}");
+            }
+            let _ = writeln!(self.out, "{name}_bucket{{{peer},le=\"+Inf\"}} {}", s.count);
+            let _ = writeln!(self.out, "{name}_sum{{{peer}}} {}", num(s.sum_seconds));
+            let _ = writeln!(self.out, "{name}_count{{{peer}}} {}", s.count);
+        }
+    }
+
     pub fn finish(self) -> String {
         self.out
     }
@@ -117,5 +140,23 @@ mod tests {
         assert!(s.contains("x_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(s.contains("x_seconds_sum 0.5\nx_seconds_count 2\n"));
         assert!(s.contains("y_total{a=\"q\\\"x\"} 3\n"));
+    }
+
+    #[test]
+    fn labelled_histogram_exposition_is_well_formed() {
+        let mut w = TextWriter::new();
+        let series = [PeerSeries {
+            peer: 0xab,
+            buckets: vec![1, 2],
+            count: 3,
+            sum_seconds: 0.25,
+        }];
+        w.histogram_vec("z_seconds", "help", "To", &[0.1, 0.2], &series);
+        let s = w.finish();
+        assert!(s.contains("# TYPE z_seconds histogram\n"));
+        assert!(s.contains("z_seconds_bucket{To=\"ab\",le=\"0.1\"} 1\n"));
+        assert!(s.contains("z_seconds_bucket{To=\"ab\",le=\"0.2\"} 2\n"));
+        assert!(s.contains("z_seconds_bucket{To=\"ab\",le=\"+Inf\"} 3\n"));
+        assert!(s.contains("z_seconds_sum{To=\"ab\"} 0.25\nz_seconds_count{To=\"ab\"} 3\n"));
     }
 }

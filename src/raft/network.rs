@@ -378,22 +378,22 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         // Streamed a chunk at a time (see `snapshot_stream`).
         let header = encode(&(vote, snapshot.meta.clone()));
         let (chunks, read_failure) = super::snapshot_stream::chunks(header, snapshot.snapshot);
+        let started = std::time::Instant::now();
         let send = client.install_snapshot(chunks);
         let resp = tokio::select! {
             r = send => r,
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
         self.links.record(self.target, &resp);
-        let sent_whole = resp.is_ok() && read_failure.lock().unwrap().is_none();
-        crate::metrics::count_peer(
-            if sent_whole {
-                &crate::metrics::SNAPSHOT_SEND_SUCCESS
-            } else {
-                &crate::metrics::SNAPSHOT_SEND_FAILURES
-            },
-            self.target,
-        );
-        if let Some(e) = read_failure.lock().unwrap().take() {
+        let read_failed = read_failure.lock().unwrap().take();
+        let sent_whole = resp.is_ok() && read_failed.is_none();
+        if sent_whole {
+            crate::metrics::count_peer(&crate::metrics::SNAPSHOT_SEND_SUCCESS, self.target);
+            crate::metrics::SNAPSHOT_SEND_SECONDS.observe(self.target, started.elapsed());
+        } else {
+            crate::metrics::count_peer(&crate::metrics::SNAPSHOT_SEND_FAILURES, self.target);
+        }
+        if let Some(e) = read_failed {
             // The receiver refused the short file; the next send takes a new snapshot.
             return Err(StreamingError::Unreachable(Unreachable::new(&Msg(
                 format!("reading the snapshot file: {e}"),

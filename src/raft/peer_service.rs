@@ -128,6 +128,7 @@ impl Peer for PeerService {
         &self,
         req: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftBlob>, Status> {
+        let started = std::time::Instant::now();
         let mut stream = req.into_inner();
         let first = stream
             .next()
@@ -150,10 +151,14 @@ impl Peer for PeerService {
                 .map_err(fatal)
         }
         .await;
-        use crate::metrics::{count_peer, SNAPSHOT_RECEIVE_FAILURES, SNAPSHOT_RECEIVE_SUCCESS};
+        use crate::metrics::{
+            count_peer, SNAPSHOT_RECEIVE_FAILURES, SNAPSHOT_RECEIVE_SECONDS,
+            SNAPSHOT_RECEIVE_SUCCESS,
+        };
         match installed {
             Ok(r) => {
                 count_peer(&SNAPSHOT_RECEIVE_SUCCESS, from);
+                SNAPSHOT_RECEIVE_SECONDS.observe(from, started.elapsed());
                 Ok(blob(&r))
             }
             Err(e) => {

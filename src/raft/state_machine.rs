@@ -631,6 +631,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         blocking(|| -> Result<(), io::Error> {
             // A build finishing now writes and removes snapshot files too.
             let _io = self.shared.snap_io.lock().unwrap();
+            let _applying = ApplyingSnapshot::start();
             let path = checked.publish()?;
             crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
             let (_, entries) = snapshot_file::entries(&path)?;
@@ -725,6 +726,23 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
     match Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
+    }
+}
+
+/// Holds `etcd_server_snapshot_apply_in_progress_total` at 1 while a received snapshot is
+/// loaded; back to 0 when dropped, so an install that fails does not leave it set.
+struct ApplyingSnapshot;
+
+impl ApplyingSnapshot {
+    fn start() -> Self {
+        crate::metrics::SNAPSHOT_APPLY_IN_PROGRESS.store(1, std::sync::atomic::Ordering::Relaxed);
+        ApplyingSnapshot
+    }
+}
+
+impl Drop for ApplyingSnapshot {
+    fn drop(&mut self) {
+        crate::metrics::SNAPSHOT_APPLY_IN_PROGRESS.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -187,6 +187,30 @@ pub fn render(s: &Scrape) -> String {
                 .map(|(peer, n)| (vec![(label, peer.as_str())], *n as f64)),
         );
     }
+    use crate::metrics::{
+        SNAPSHOT_APPLY_IN_PROGRESS, SNAPSHOT_RECEIVE_SECONDS, SNAPSHOT_SEND_SECONDS,
+    };
+    for (name, help, label, h) in [
+        (
+            "etcd_network_snapshot_send_total_duration_seconds",
+            "Total latency distributions of v3 snapshot sends",
+            "To",
+            &SNAPSHOT_SEND_SECONDS,
+        ),
+        (
+            "etcd_network_snapshot_receive_total_duration_seconds",
+            "Total latency distributions of v3 snapshot receives",
+            "From",
+            &SNAPSHOT_RECEIVE_SECONDS,
+        ),
+    ] {
+        w.histogram_vec(name, help, label, h.bounds(), &h.snapshot());
+    }
+    w.gauge(
+        "etcd_server_snapshot_apply_in_progress_total",
+        "1 if the server is applying the incoming snapshot. 0 if none.",
+        SNAPSHOT_APPLY_IN_PROGRESS.load(Ordering::Relaxed) as f64,
+    );
     let table = grpc_table();
     w.counter_vec(
         "grpc_server_handled_total",
