@@ -6,8 +6,10 @@
 //! - sled's own background flush may make writes durable before [`Engine::flush`]; it keeps
 //!   whole batches only, in order, which is what the contract allows.
 //! - sled's page cache holds at most [`EngineOptions::cache_bytes`] of pages, counted as
-//!   sled counts them (their encoded size; decoded pages take somewhat more). Every engine
-//!   opened from another (defragmentation's fresh generation) gets the same options.
+//!   sled counts them (their encoded size; decoded pages take somewhat more), plus at most
+//!   16 x 7 pages its LRU shards have queued and not counted yet (the vendored sled's third
+//!   patch; `tests/engine_memory.rs`). Every engine opened from another (defragmentation's
+//!   fresh generation) gets the same options.
 
 use std::ops::Bound;
 use std::path::Path;
