@@ -423,16 +423,21 @@ pub fn latest(dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError>
     }
 }
 
-/// Unlinks a big file after shrinking it [`SYNC_EVERY`] bytes at a time: freeing tens of MB
-/// at once (the file system discards the blocks) holds the WAL's fdatasyncs up far longer
-/// than the steps do (docs/decisions/0001-snapshot-files-in-4-mib-steps.md). Only old
-/// snapshots are removed this way; a crash midway leaves a short old file, which nothing
-/// reads (the newest one is used) and the next snapshot removes.
+/// Unlinks a snapshot file after shrinking it [`SYNC_EVERY`] bytes at a time: freeing tens of
+/// MB at once (the file system discards the blocks) holds the WAL's fdatasyncs up far longer
+/// than the steps do (docs/decisions/0001-snapshot-files-in-4-mib-steps.md). The file is
+/// first renamed to a temporary ([`retire`]), durably, so a crash midway leaves a short
+/// temporary, which the next open removes, never a short file under a snapshot's name: the
+/// newest snapshot is the one a restart reads, and it may be the one being removed (an
+/// install removes the file it just loaded).
 ///
 /// A file that is gone already (removed by a concurrent removal) counts as removed.
 fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
+    let Some(retired) = retire(path)? else {
+        return Ok(());
+    };
     let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
-    let f = match fs::OpenOptions::new().write(true).open(path) {
+    let f = match fs::OpenOptions::new().write(true).open(&retired) {
         Err(e) if gone(&e) => return Ok(()),
         r => r?,
     };
@@ -443,10 +448,24 @@ fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
         f.sync_data()?;
     }
     drop(f);
-    match fs::remove_file(path) {
+    match fs::remove_file(&retired) {
         Err(e) if gone(&e) => Ok(()),
         r => Ok(r?),
     }
+}
+
+/// Renames snapshot `path` to a temporary and syncs the directory; the temporary's path, or
+/// `None` if the file is gone already.
+fn retire(path: &Path) -> Result<Option<PathBuf>, StoreError> {
+    let retired = path.with_extension("removing.tmp");
+    match fs::rename(path, &retired) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        r => r?,
+    }
+    if let Some(dir) = path.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(Some(retired))
 }
 
 /// Removes `meta`'s snapshot and older ones: once the engine is durable past them, a restart
@@ -701,6 +720,36 @@ pub(crate) mod tests {
             assert_eq!(snapshot_files(d.path()).unwrap().len(), 1);
         }
         assert!(remove_in_steps(&d.path().join("gone.snap")).is_ok());
+    }
+
+    /// A removal interrupted by a crash leaves a short temporary, never a short snapshot: the
+    /// newest snapshot still reads (here the older one, once the newest is retired), and the
+    /// temporary goes at the next open. A short file under a snapshot's name would fail every
+    /// restart.
+    #[test]
+    fn a_removal_cut_short_leaves_no_short_snapshot() {
+        let d = tempfile::tempdir().unwrap();
+        write_now(d.path(), &meta_at(10), &entries_of(10, 8));
+        let newest = write_now(d.path(), &meta_at(20), &entries_of(10, 8));
+        let retired = retire(&newest).unwrap().unwrap();
+        // The crash: the first shrinking step done, the unlink not.
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&retired)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert_eq!(latest(d.path()).unwrap().unwrap().0, meta_at(10));
+        remove_temporaries(d.path()).unwrap();
+        assert!(!retired.exists());
+        assert!(
+            retire(&newest).unwrap().is_none(),
+            "gone: nothing to retire"
+        );
+
+        // What the rename prevents: a short file under the newest snapshot's name.
+        fs::write(d.path().join(file_name(&meta_at(30))), b"").unwrap();
+        assert!(latest(d.path()).is_err());
     }
 
     #[test]
