@@ -26,8 +26,10 @@
 //!   kvd keeps no copy of its store as a snapshot: a snapshot point flushes sled, and only
 //!   then may the log below it be purged, so sled's state at its last explicit flush is the
 //!   oldest a member can restart from once its log was purged. A wiped sled is that state only
-//!   while nothing was ever flushed, so sled is wiped only in runs that never snapshot; in the
-//!   others it is always kept.
+//!   while nothing was ever flushed, so sled is wiped only in runs that never snapshot, and
+//!   only until the member's sled was kept once: a kept sled was flushed (on close), and a
+//!   member restarted on it reports its applied state as its snapshot (record 0029), below
+//!   which openraft may purge the log. In the other runs it is always kept.
 //! - **Snapshot files** (`member/sm/snap`, real files, not routed through the SimFs): only a
 //!   received snapshot is a file, until it is loaded; assumed to survive once renamed into
 //!   place. Half of the runs use a small `--snapshot-count` so snapshot points, log purges and
@@ -493,7 +495,8 @@ async fn run_inner(
         sim.start(i);
     }
     // See the module doc, sled: a wipe is a state sled can come back in only if the log was
-    // never purged (with fsync off nothing is a state it can come back in: that test wipes).
+    // never purged below a flush (with fsync off nothing is a state it can come back in: that
+    // test wipes).
     let opts = &RunOpts {
         sled_keep: if snapshot_count < 100_000 && !opts.unsafe_no_fsync {
             1.0
@@ -519,6 +522,8 @@ async fn lives_loop(
     report: &mut Report,
 ) -> Result<(), String> {
     let acked = Arc::new(Mutex::new(Vec::<Acked>::new()));
+    // Members whose sled was kept at a crash: it was flushed (see the module doc, sled).
+    let mut flushed = [false; 3];
     check(&sim.urls(), &[], opts.converge, report)
         .await
         .map_err(|e| format!("initial cluster: {e}"))?;
@@ -586,7 +591,10 @@ async fn lives_loop(
         for &m in &members {
             sim.nodes[m].fs.crash(rng);
             let db = sim.nodes[m].data_dir.join("member/sm/db");
-            if rng.gen_bool(opts.sled_keep) {
+            // Drawn even when the answer is forced, so a seed replays the same draws.
+            let keep = rng.gen_bool(opts.sled_keep) || flushed[m];
+            flushed[m] |= keep;
+            if keep {
                 report.sled_kept += 1;
             } else {
                 std::fs::remove_dir_all(&db).map_err(|e| fail(format!("wipe sled: {e}")))?;
