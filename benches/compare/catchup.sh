@@ -5,8 +5,8 @@
 # for both systems) and started, and must catch up by a snapshot. Reports the time from the
 # new member's start until it serves the leader's revision, the leader's peak RSS during the
 # catch-up (VmRSS sampled every 50 ms) against its RSS before, the new member's peak RSS
-# (VmHWM) against its RSS once started, and the leader's snapshot size. kvd and etcd 3.4 in
-# turn, ROUNDS times; the data dirs are removed after each run.
+# (VmHWM) against its RSS once started and once caught up, and the leader's data dir. kvd and
+# etcd 3.4 in turn, ROUNDS times; the data dirs are removed after each run.
 #
 # Usage: benches/compare/catchup.sh [out-dir]
 # Env:   ROUNDS (1) KEYS (1000000) VAL (1024) SNAP (10000) SYSTEMS ("kvd etcd")
@@ -118,13 +118,14 @@ one() {
   touch "$OUT/stop"
   wait "$pr"
   wait "$ma" || echo "$sys: member add failed: $(cat "$dir/member_add.out")" >&2
-  local new_hwm snap_mib
+  local new_hwm new_end snap_mib
   new_hwm=$(rss_mib "${MPID[$sys,m1]}" VmHWM)
+  new_end=$(rss_mib "${MPID[$sys,m1]}" VmRSS)
   snap_mib=$(du -sm "$dir/$sys-m0.data" | awk '{print $1}')
   ((ok)) || echo "$sys: the new member did not reach revision $rev; logs in $dir" >&2
-  printf '%s round %s: load %ss (%s keys x %s B); catch-up %ss; leader RSS %s -> peak %s MiB; new member RSS %s -> peak %s MiB; leader data dir %s MiB\n' \
+  printf '%s round %s: load %ss (%s keys x %s B); catch-up %ss; leader RSS %s -> peak %s MiB; new member RSS %s -> peak %s MiB, %s MiB once caught up; leader data dir %s MiB\n' \
     "$sys" "$round" "$(secs "$l0" "$l1")" "$KEYS" "$VAL" "$(secs "$c0" "$c1")" \
-    "$leader_rss" "$(cat "$dir/leader_peak")" "$new_rss0" "$new_hwm" "$snap_mib" | tee -a "$OUT/results.txt"
+    "$leader_rss" "$(cat "$dir/leader_peak")" "$new_rss0" "$new_hwm" "$new_end" "$snap_mib" | tee -a "$OUT/results.txt"
   cleanup
   [[ -n ${KEEP:-} ]] || rm -rf "$dir"
 }
