@@ -87,4 +87,12 @@ mod tests {
         assert_eq!(s.count, 4);
         assert!((s.sum_seconds - 60.0045).abs() < 1e-6);
     }
+
+    #[test]
+    fn disk_buckets_are_etcds() {
+        // etcd: prometheus.ExponentialBuckets(0.001, 2, 14).
+        assert_eq!(DISK_BUCKETS[0], 0.001);
+        assert_eq!(DISK_BUCKETS[1], 0.002);
+        assert!((DISK_BUCKETS[13] - 8.192).abs() < 1e-12);
+    }
 }

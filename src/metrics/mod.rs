@@ -36,15 +36,19 @@ pub use text::TextWriter;
 /// Upper bounds (seconds) of etcd's disk latency histogram buckets
 /// (`etcd_disk_wal_fsync_duration_seconds`, `etcd_disk_backend_commit_duration_seconds`):
 /// 0.001 * 2^k, k = 0..13.
-pub const DISK_BUCKETS: [f64; 14] = {
-    let mut b = [0.0; 14];
+pub const DISK_BUCKETS: [f64; 14] = exponential_buckets(0.001);
+
+/// `N` upper bounds `start * 2^k`, k = 0..N-1: Prometheus' `ExponentialBuckets(start, 2, N)`,
+/// which etcd's histograms use.
+pub const fn exponential_buckets<const N: usize>(start: f64) -> [f64; N] {
+    let mut b = [0.0; N];
     let mut k = 0;
-    while k < 14 {
-        b[k] = 0.001 * (1u64 << k) as f64;
+    while k < N {
+        b[k] = start * (1u64 << k) as f64;
         k += 1;
     }
     b
-};
+}
 
 /// Duration of each sled transaction of the MVCC committer, one per ~100 ms of applied
 /// batches (etcd:

@@ -14,15 +14,7 @@ use std::time::Duration;
 
 /// Upper bounds (seconds) of etcd's snapshot send and receive duration buckets
 /// (`etcd_network_snapshot_{send,receive}_total_duration_seconds`): 0.1 * 2^k, k = 0..9.
-pub const SNAPSHOT_BUCKETS: [f64; 10] = {
-    let mut b = [0.0; 10];
-    let mut k = 0;
-    while k < 10 {
-        b[k] = 0.1 * (1u64 << k) as f64;
-        k += 1;
-    }
-    b
-};
+pub const SNAPSHOT_BUCKETS: [f64; 10] = super::exponential_buckets(0.1);
 
 /// One histogram per peer (member id), all over the same bounds.
 pub struct PeerHistograms {
