@@ -9,6 +9,7 @@
 //! - No clear password crosses this module: it holds bcrypt hashes made by the proposer.
 
 pub mod error;
+pub mod etcd_buckets;
 pub mod perms;
 pub mod store;
 pub mod token;

@@ -25,10 +25,10 @@ use crate::proto::kvdpb::{auth_request, internal_request, AuthRequest, InternalR
 
 /// Meta key prefix of all auth state.
 pub const META_AUTH_PREFIX: &str = "auth/";
-const META_ENABLED: &str = "auth/enabled";
-const META_REVISION: &str = "auth/revision";
-const META_USER: &str = "auth/user/";
-const META_ROLE: &str = "auth/role/";
+pub(super) const META_ENABLED: &str = "auth/enabled";
+pub(super) const META_REVISION: &str = "auth/revision";
+pub(super) const META_USER: &str = "auth/user/";
+pub(super) const META_ROLE: &str = "auth/role/";
 
 pub const ROOT: &str = "root";
 

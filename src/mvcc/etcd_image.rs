@@ -44,6 +44,17 @@ impl Image {
             .map(|(_, _, v)| &v[..])
     }
 
+    /// The meta tree's entries at the image whose keys start with `prefix`, in key order.
+    pub fn meta_prefixed<'a>(
+        &'a self,
+        prefix: &'a [u8],
+    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.small
+            .iter()
+            .filter(move |(tree, k, _)| tree == META_TREE && k.starts_with(prefix))
+            .map(|(_, k, v)| (&k[..], &v[..]))
+    }
+
     /// Every lease as etcd's bucket `lease` holds it, by id.
     pub fn etcd_leases(&self) -> Result<Pairs, MvccError> {
         self.small

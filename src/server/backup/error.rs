@@ -19,6 +19,12 @@ pub enum BackupError {
     /// A record of the snapshot cannot be part of a store (etcd's schema broken).
     #[error("{path}: invalid snapshot content: {source}")]
     Content { path: PathBuf, source: MvccError },
+    /// A user, role or auth flag of the snapshot that cannot be restored.
+    #[error("{path}: invalid snapshot content: {source}")]
+    Auth {
+        path: PathBuf,
+        source: crate::auth::etcd_buckets::BadAuthRecord,
+    },
     /// A bucket a snapshot must have is absent.
     #[error("{path}: not an etcd snapshot: bucket {bucket:?} is missing")]
     MissingBucket { path: PathBuf, bucket: String },

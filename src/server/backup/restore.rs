@@ -16,9 +16,12 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::auth::etcd_buckets::{
+    self, EtcdAuth, AUTH_BUCKET, AUTH_ROLES_BUCKET, AUTH_USERS_BUCKET,
+};
 use crate::bbolt::{BoltError, Reader};
 use crate::mvcc::etcd_format::{parse_rev_key, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
-use crate::mvcc::{EtcdEntries, MvccError, Pairs};
+use crate::mvcc::{EtcdEntries, MvccError, Pairs, META_TREE};
 use crate::raft::backup::write_restored;
 use crate::raft::{Member, StoreError};
 use crate::server::config::{parse_initial_cluster, split_urls};
@@ -66,6 +69,7 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
 
     check_trailer(&o.file, o.skip_hash_check)?;
     let (leases, compacted) = read_small_buckets(&o.file)?;
+    let auth = read_auth(&o.file)?;
 
     let part = part_dir(&o.data_dir);
     if part.exists() {
@@ -101,15 +105,21 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
     let written = write_restored(
         &member.join("sm"),
         &members,
-        entries.by_ref().map(|r| {
-            r.map_err(|e| {
-                failure = Some(match e {
-                    Feed::Failed(e) => e,
-                    Feed::Content(e) => content(e),
-                });
-                StoreError::SourceFailed
+        entries
+            .by_ref()
+            .map(|r| {
+                r.map_err(|e| {
+                    failure = Some(match e {
+                        Feed::Failed(e) => e,
+                        Feed::Content(e) => content(e),
+                    });
+                    StoreError::SourceFailed
+                })
             })
-        }),
+            .chain(
+                auth.into_iter()
+                    .map(|(k, v)| Ok((META_TREE.to_string(), k, v))),
+            ),
     );
     if let Err(e) = written {
         let _ = std::fs::remove_dir_all(&part);
@@ -299,6 +309,30 @@ fn read_small_buckets(path: &Path) -> Result<(Pairs, Option<i64>), BackupError> 
         Ok(())
     })?;
     Ok((leases, compacted))
+}
+
+/// The auth meta entries of a backup's `auth`, `authRoles` and `authUsers` buckets, checked;
+/// none if it has none of them (a file from a tool that does not write them).
+fn read_auth(path: &Path) -> Result<Pairs, BackupError> {
+    let r = Reader::open(path)?;
+    let buckets = r.buckets()?;
+    let mut b = EtcdAuth::default();
+    for (name, pairs) in [
+        (AUTH_BUCKET, &mut b.auth),
+        (AUTH_ROLES_BUCKET, &mut b.roles),
+        (AUTH_USERS_BUCKET, &mut b.users),
+    ] {
+        if buckets.iter().any(|have| have == name) {
+            r.for_each(name, |k, v| -> Result<(), BackupError> {
+                pairs.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })?;
+        }
+    }
+    etcd_buckets::from_etcd(&b).map_err(|source| BackupError::Auth {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use crate::auth::etcd_buckets::{self, AUTH_BUCKET, AUTH_ROLES_BUCKET, AUTH_USERS_BUCKET};
+use crate::auth::META_AUTH_PREFIX;
 use crate::bbolt::Writer;
 use crate::mvcc::etcd_format::{compact_mark, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
 use crate::raft::state_machine::StateMachine;
@@ -34,8 +36,20 @@ pub fn save(sm: &StateMachine, path: &Path) -> Result<Saved, BackupError> {
     let revision = image.revision();
     let compacted = image.compacted()?;
     let leases = image.etcd_leases()?;
+    let auth = etcd_buckets::to_etcd(image.meta_prefixed(META_AUTH_PREFIX.as_bytes()));
 
     let mut w = Writer::create(path)?;
+    // Buckets in ascending name order, as bbolt keeps them: `auth*` sort before `key`.
+    for (name, pairs) in [
+        (AUTH_BUCKET, &auth.auth),
+        (AUTH_ROLES_BUCKET, &auth.roles),
+        (AUTH_USERS_BUCKET, &auth.users),
+    ] {
+        w.bucket(name)?;
+        for (k, v) in pairs {
+            w.put(k, v)?;
+        }
+    }
     w.bucket(KEY_BUCKET)?;
     for item in image.etcd_history() {
         let (k, v) = item?;
