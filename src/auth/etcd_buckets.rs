@@ -40,6 +40,26 @@ pub struct EtcdAuth {
     pub users: Pairs,
 }
 
+impl EtcdAuth {
+    /// Each bucket's name and pairs, in the ascending name order bbolt keeps buckets in.
+    pub fn buckets(&self) -> [(&'static [u8], &Pairs); 3] {
+        [
+            (AUTH_BUCKET, &self.auth),
+            (AUTH_ROLES_BUCKET, &self.roles),
+            (AUTH_USERS_BUCKET, &self.users),
+        ]
+    }
+
+    /// [`Self::buckets`], to fill them.
+    pub fn buckets_mut(&mut self) -> [(&'static [u8], &mut Pairs); 3] {
+        [
+            (AUTH_BUCKET, &mut self.auth),
+            (AUTH_ROLES_BUCKET, &mut self.roles),
+            (AUTH_USERS_BUCKET, &mut self.users),
+        ]
+    }
+}
+
 /// Why a backup's auth buckets cannot be restored.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bucket {bucket:?}, key {key:?}: {reason}")]

@@ -16,9 +16,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::auth::etcd_buckets::{
-    self, EtcdAuth, AUTH_BUCKET, AUTH_ROLES_BUCKET, AUTH_USERS_BUCKET,
-};
+use crate::auth::etcd_buckets::{self, EtcdAuth};
 use crate::bbolt::{BoltError, Reader};
 use crate::mvcc::etcd_format::{parse_rev_key, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
 use crate::mvcc::{EtcdEntries, MvccError, Pairs, META_TREE};
@@ -68,8 +66,11 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
     let ident = identity::new_cluster(&o.name, &advertise, &cluster, &o.initial_cluster_token);
 
     check_trailer(&o.file, o.skip_hash_check)?;
-    let (leases, compacted) = read_small_buckets(&o.file)?;
-    let auth = read_auth(&o.file)?;
+    let Small {
+        leases,
+        compacted,
+        auth,
+    } = read_small_buckets(&o.file)?;
 
     let part = part_dir(&o.data_dir);
     if part.exists() {
@@ -274,9 +275,19 @@ impl Drop for BucketFeed {
     }
 }
 
-/// The small buckets of a backup: its leases, and etcd's compacted revision. Also checks that
-/// the buckets a backup must have are there.
-fn read_small_buckets(path: &Path) -> Result<(Pairs, Option<i64>), BackupError> {
+/// What a backup holds besides its history (all small).
+struct Small {
+    leases: Pairs,
+    /// etcd's compacted revision, if any.
+    compacted: Option<i64>,
+    /// The auth meta entries from the `auth`, `authRoles` and `authUsers` buckets, checked;
+    /// none if the file has none of those buckets (a tool that does not write them).
+    auth: Pairs,
+}
+
+/// Reads a backup's [`Small`] buckets. Also checks that the buckets a backup must have are
+/// there.
+fn read_small_buckets(path: &Path) -> Result<Small, BackupError> {
     let r = Reader::open(path)?;
     let buckets = r.buckets()?;
     for want in [KEY_BUCKET, META_BUCKET] {
@@ -308,20 +319,8 @@ fn read_small_buckets(path: &Path) -> Result<(Pairs, Option<i64>), BackupError> 
         }
         Ok(())
     })?;
-    Ok((leases, compacted))
-}
-
-/// The auth meta entries of a backup's `auth`, `authRoles` and `authUsers` buckets, checked;
-/// none if it has none of them (a file from a tool that does not write them).
-fn read_auth(path: &Path) -> Result<Pairs, BackupError> {
-    let r = Reader::open(path)?;
-    let buckets = r.buckets()?;
     let mut b = EtcdAuth::default();
-    for (name, pairs) in [
-        (AUTH_BUCKET, &mut b.auth),
-        (AUTH_ROLES_BUCKET, &mut b.roles),
-        (AUTH_USERS_BUCKET, &mut b.users),
-    ] {
+    for (name, pairs) in b.buckets_mut() {
         if buckets.iter().any(|have| have == name) {
             r.for_each(name, |k, v| -> Result<(), BackupError> {
                 pairs.push((k.to_vec(), v.to_vec()));
@@ -329,9 +328,14 @@ fn read_auth(path: &Path) -> Result<Pairs, BackupError> {
             })?;
         }
     }
-    etcd_buckets::from_etcd(&b).map_err(|source| BackupError::Auth {
+    let auth = etcd_buckets::from_etcd(&b).map_err(|source| BackupError::Auth {
         path: path.to_path_buf(),
         source,
+    })?;
+    Ok(Small {
+        leases,
+        compacted,
+        auth,
     })
 }
 

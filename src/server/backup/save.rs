@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::auth::etcd_buckets::{self, AUTH_BUCKET, AUTH_ROLES_BUCKET, AUTH_USERS_BUCKET};
+use crate::auth::etcd_buckets;
 use crate::auth::META_AUTH_PREFIX;
 use crate::bbolt::Writer;
 use crate::mvcc::etcd_format::{compact_mark, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
@@ -40,11 +40,7 @@ pub fn save(sm: &StateMachine, path: &Path) -> Result<Saved, BackupError> {
 
     let mut w = Writer::create(path)?;
     // Buckets in ascending name order, as bbolt keeps them: `auth*` sort before `key`.
-    for (name, pairs) in [
-        (AUTH_BUCKET, &auth.auth),
-        (AUTH_ROLES_BUCKET, &auth.roles),
-        (AUTH_USERS_BUCKET, &auth.users),
-    ] {
+    for (name, pairs) in auth.buckets() {
         w.bucket(name)?;
         for (k, v) in pairs {
             w.put(k, v)?;
