@@ -26,8 +26,11 @@
 //!   need a crash-atomic replacement mark it first (see `load`).
 //! - Handles are cheap clones of one engine; the engine closes when the last one is dropped.
 
+mod chunks;
 mod sled;
 
+#[cfg(test)]
+mod chunks_tests;
 #[cfg(test)]
 mod mem;
 #[cfg(test)]
@@ -85,7 +88,8 @@ impl Tree {
     /// Every tree, in a fixed order.
     pub const ALL: [Tree; 3] = [Tree::Rev, Tree::Meta, Tree::Lease];
 
-    /// The tree's name on disk and in snapshots.
+    /// The tree's name in snapshots, and on disk for every tree but the history, which sled
+    /// keeps in chunks under another name (`sled::REV_CHUNKS_TREE`).
     pub const fn name(self) -> &'static str {
         match self {
             Tree::Rev => "mvcc_rev",

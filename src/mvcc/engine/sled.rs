@@ -1,4 +1,6 @@
-//! [`Engine`] on sled: each [`Tree`] is a sled tree of the same name in one sled database.
+//! [`Engine`] on sled: each [`Tree`] is a sled tree of the same name in one sled database,
+//! except the history, which sled keeps in chunks of records under [`REV_CHUNKS_TREE`]
+//! (`chunks`).
 //!
 //! # Invariants
 //! - A batch that writes one tree is one `Tree::apply_batch`; a batch that writes several is
@@ -10,14 +12,18 @@
 //!   16 x 7 pages its LRU shards have queued and not counted yet (the vendored sled's third
 //!   patch; `tests/engine_memory.rs`). Every engine opened from another (defragmentation's
 //!   fresh generation) gets the same options.
+//! - Every write to the history takes [`Trees::history`] for its read-modify-write of chunks,
+//!   and so does clearing it. A database that still has the unchunked history tree of earlier
+//!   versions (named [`Tree::Rev`]'s name) is migrated when it opens, before anything reads it.
 
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use ::sled::transaction::{ConflictableTransactionError, TransactionError};
 use ::sled::{IVec, Transactional};
 
+use super::chunks::{self, ChunkIndex, ChunkIter};
 use super::{Engine, EngineOptions, Tree, WriteBatch, LEGACY_IDX_TREE};
 use crate::mvcc::error::MvccError;
 
@@ -35,12 +41,21 @@ pub struct SledEngine {
     options: EngineOptions,
 }
 
+/// The sled tree that holds the history in chunks.
+pub const REV_CHUNKS_TREE: &str = "mvcc_rev_chunks";
+
 /// One open sled database and its trees.
 struct Trees {
     db: ::sled::Db,
+    /// The history, in chunks (`chunks`).
     rev: ::sled::Tree,
     meta: ::sled::Tree,
     lease: ::sled::Tree,
+    /// Held by every write to `rev`, from reading the chunks it replaces until it is applied
+    /// and `index` is updated.
+    history: Mutex<()>,
+    /// The keys of `rev`'s chunks.
+    index: ChunkIndex,
 }
 
 impl Trees {
@@ -107,10 +122,23 @@ impl SledEngine {
         {
             db.drop_tree(LEGACY_IDX_TREE)?;
         }
+        let rev = db.open_tree(REV_CHUNKS_TREE)?;
+        if db
+            .tree_names()
+            .iter()
+            .any(|n| n == Tree::Rev.name().as_bytes())
+        {
+            chunks::migrate(&db.open_tree(Tree::Rev.name())?, &rev)?;
+            db.flush()?;
+            db.drop_tree(Tree::Rev.name())?;
+            db.flush()?;
+        }
         let trees = Trees {
-            rev: db.open_tree(Tree::Rev.name())?,
+            index: ChunkIndex::load(&rev)?,
+            rev,
             meta: db.open_tree(Tree::Meta.name())?,
             lease: db.open_tree(Tree::Lease.name())?,
+            history: Mutex::new(()),
             db,
         };
         Ok(SledEngine {
@@ -149,21 +177,30 @@ impl SledEngine {
 }
 
 /// A range scan of a [`SledEngine`] tree.
-pub struct SledIter(::sled::Iter);
+pub enum SledIter {
+    Plain(::sled::Iter),
+    Chunks(ChunkIter),
+}
 
 impl Iterator for SledIter {
     type Item = Result<(IVec, IVec), MvccError>;
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        self.0.next().map(|r| r.map_err(MvccError::from))
+        match self {
+            SledIter::Plain(it) => it.next().map(|r| r.map_err(MvccError::from)),
+            SledIter::Chunks(it) => it.next(),
+        }
     }
 }
 
 impl DoubleEndedIterator for SledIter {
     #[inline]
     fn next_back(&mut self) -> Option<Self::Item> {
-        self.0.next_back().map(|r| r.map_err(MvccError::from))
+        match self {
+            SledIter::Plain(it) => it.next_back().map(|r| r.map_err(MvccError::from)),
+            SledIter::Chunks(it) => it.next_back(),
+        }
     }
 }
 
@@ -173,19 +210,47 @@ impl Engine for SledEngine {
 
     #[inline]
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<IVec>, MvccError> {
-        Ok(self.trees().tree(tree).get(key)?)
+        let trees = self.trees();
+        match tree {
+            Tree::Rev => chunks::get(&trees.rev, &trees.index, key),
+            _ => Ok(trees.tree(tree).get(key)?),
+        }
     }
 
     #[inline]
     fn range(&self, tree: Tree, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> SledIter {
-        SledIter(self.trees().tree(tree).range::<&[u8], _>((lo, hi)))
+        let trees = self.trees();
+        match tree {
+            Tree::Rev => SledIter::Chunks(ChunkIter::new(&trees.rev, lo, hi)),
+            _ => SledIter::Plain(trees.tree(tree).range::<&[u8], _>((lo, hi))),
+        }
     }
 
     fn write(&self, batch: WriteBatch<'_>) -> Result<(), MvccError> {
         // Held across the write: `replace` waits for it.
         let trees = self.trees();
-        match batch.trees().as_slice() {
+        let written = batch.trees();
+        let _history = written
+            .contains(&Tree::Rev)
+            .then(|| trees.history.lock().unwrap_or_else(|e| e.into_inner()));
+        let rev_batch = || {
+            chunks::plan(
+                &trees.rev,
+                batch
+                    .writes()
+                    .iter()
+                    .filter(|(t, _, _)| *t == Tree::Rev)
+                    .map(|(_, k, v)| (&k[..], v.as_deref())),
+            )
+        };
+        match written.as_slice() {
             [] => Ok(()),
+            [Tree::Rev] => {
+                let mut plan = rev_batch()?;
+                trees.rev.apply_batch(std::mem::take(&mut plan.batch))?;
+                trees.index.update(&plan);
+                Ok(())
+            }
             [one] => {
                 let mut b = ::sled::Batch::default();
                 for (_, k, v) in batch.writes() {
@@ -201,7 +266,15 @@ impl Engine for SledEngine {
                 // `remove` first read the key's old value (a tree lookup per write, for a
                 // result nobody uses here); `apply_batch` does not (third_party/sled).
                 let mut b = [(); 3].map(|_| ::sled::Batch::default());
-                for (t, k, v) in batch.writes() {
+                let plan = match written.contains(&Tree::Rev) {
+                    true => {
+                        let mut plan = rev_batch()?;
+                        b[tree_slot(Tree::Rev)] = std::mem::take(&mut plan.batch);
+                        Some(plan)
+                    }
+                    false => None,
+                };
+                for (t, k, v) in batch.writes().iter().filter(|(t, _, _)| *t != Tree::Rev) {
                     let b = &mut b[tree_slot(*t)];
                     match v {
                         Some(v) => b.insert(&k[..], &v[..]),
@@ -217,13 +290,24 @@ impl Engine for SledEngine {
                 res.map_err(|e| match e {
                     TransactionError::Storage(e) => e.into(),
                     TransactionError::Abort(()) => MvccError::Storage("transaction aborted".into()),
-                })
+                })?;
+                if let Some(plan) = plan {
+                    trees.index.update(&plan);
+                }
+                Ok(())
             }
         }
     }
 
     fn clear(&self, tree: Tree) -> Result<(), MvccError> {
-        Ok(self.trees().tree(tree).clear()?)
+        let trees = self.trees();
+        let _history =
+            (tree == Tree::Rev).then(|| trees.history.lock().unwrap_or_else(|e| e.into_inner()));
+        trees.tree(tree).clear()?;
+        if tree == Tree::Rev {
+            trees.index.clear();
+        }
+        Ok(())
     }
 
     fn flush(&self) -> Result<(), MvccError> {

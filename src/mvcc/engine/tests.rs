@@ -209,7 +209,8 @@ fn mem_engine_flushed_writes_survive_a_crash() {
     flushed_writes_survive(MemEngine::default(), |e| e.crash());
 }
 
-/// The on-disk layout: sled trees named as before, and a legacy index tree dropped on open.
+/// The on-disk layout: sled trees named as before, a legacy index tree dropped on open, and
+/// an unchunked history tree (earlier versions) migrated into chunks and dropped.
 #[test]
 fn sled_engine_uses_the_stored_tree_names() {
     let dir = tempfile::tempdir().unwrap();
@@ -240,8 +241,12 @@ fn sled_engine_uses_the_stored_tree_names() {
         e.get(Tree::Lease, b"l").unwrap().as_deref(),
         Some(&b"3"[..])
     );
-    assert!(!e
-        .db_tree_names()
-        .iter()
-        .any(|n| n == super::LEGACY_IDX_TREE));
+    let names = e.db_tree_names();
+    assert!(!names.iter().any(|n| n == super::LEGACY_IDX_TREE));
+    assert!(!names.iter().any(|n| n == "mvcc_rev"), "{names:?}");
+    assert!(names.iter().any(|n| n == "mvcc_rev_chunks"), "{names:?}");
+    // The migration is done once: the migrated history survives the next open.
+    drop(e);
+    let e = reopen_sled(dir.path());
+    assert_eq!(e.get(Tree::Rev, b"r").unwrap().as_deref(), Some(&b"1"[..]));
 }
