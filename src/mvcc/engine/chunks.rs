@@ -36,8 +36,11 @@ use crate::mvcc::error::MvccError;
 
 /// Most records in one chunk.
 pub const CHUNK_RECORDS: usize = 32;
-/// A chunk takes no more records once its encoding would pass this size.
-pub const CHUNK_BYTES: usize = 32 << 10;
+/// A chunk takes no more records once its encoding would pass this size. sled writes a node
+/// larger than 128 KiB (its segment size over 4) as a blob, which its cache counts at the
+/// size of a pointer and so never evicts; a leaf holds up to 17 entries, and 17 chunks of
+/// 6 KiB stay below that.
+pub const CHUNK_BYTES: usize = 6 << 10;
 
 fn corrupt(chunk_key: &[u8]) -> MvccError {
     MvccError::Storage(format!("history chunk {chunk_key:02x?} does not decode"))
