@@ -37,10 +37,17 @@ use crate::mvcc::error::MvccError;
 /// Most records in one chunk.
 pub const CHUNK_RECORDS: usize = 32;
 /// A chunk takes no more records once its encoding would pass this size. sled writes a node
-/// larger than 128 KiB (its segment size over 4) as a blob, which its cache counts at the
-/// size of a pointer and so never evicts; a leaf holds up to 17 entries, and 17 chunks of
-/// 6 KiB stay below that.
+/// over 128 KiB (its segment size over 4) as a blob, and its cache then counts the page at
+/// the size of the blob's pointer, so written pages stay in memory; a leaf holds up to 17
+/// entries, and 17 chunks of 6 KiB stay under that (docs/decisions/0030-history-in-chunks.md).
 pub const CHUNK_BYTES: usize = 6 << 10;
+
+/// Most entries in a sled 0.34 leaf (it splits past 16), and the node size over which sled
+/// writes a blob (its default 512 KiB segment over 4, less headers).
+const SLED_LEAF_ENTRIES: usize = 17;
+const SLED_BLOB_THRESHOLD: usize = (512 << 10) / 4 - 64;
+// A full leaf of full chunks (with their keys and framing) stays inline.
+const _: () = assert!(SLED_LEAF_ENTRIES * (CHUNK_BYTES + 64) < SLED_BLOB_THRESHOLD);
 
 fn corrupt(chunk_key: &[u8]) -> MvccError {
     MvccError::Storage(format!("history chunk {chunk_key:02x?} does not decode"))
