@@ -104,7 +104,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// a member serves with it installed. The snapshot's file (the bytes a leader sends) lives in
 /// `d/sent`.
 async fn source_snapshot(d: &Path, keys: usize) -> (Source, Observed) {
-    let mut sm = StateMachine::open(d).unwrap();
+    let mut sm = super::apply_tests::reopen(d).unwrap();
     fill(&sm, "s/", keys, 7, 100, &[1, 2, 3]);
     let seen = observe(&sm);
     assert_eq!(seen.leases, vec![(7, 67)]);
@@ -145,7 +145,7 @@ impl Source {
 /// A closed member state-machine dir holding other keys (lease 9, applied index 50, members
 /// 1-2), snapshotted (flushed, no file), and what it serves.
 async fn template(dir: &Path, keys: usize) -> Observed {
-    let mut sm = StateMachine::open(dir).unwrap();
+    let mut sm = super::apply_tests::reopen(dir).unwrap();
     fill(&sm, "t/", keys, 9, 50, &[1, 2]);
     sm.get_snapshot_builder()
         .await
@@ -177,7 +177,7 @@ async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
     for n in 1..500 {
         let work = tempfile::tempdir().unwrap();
         copy_dir(tpl.path(), work.path());
-        let mut sm = StateMachine::open(work.path()).unwrap();
+        let mut sm = super::apply_tests::reopen(work.path()).unwrap();
         crash_after(Some(n));
         let res = sm.install_snapshot(&snap.meta, snap.file()).await;
         crash_after(None);
@@ -212,7 +212,7 @@ async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
 async fn an_undecodable_snapshot_is_refused_and_never_becomes_the_newest_file() {
     let d = tempfile::tempdir().unwrap();
     let before = template(d.path(), 5).await;
-    let mut sm = StateMachine::open(d.path()).unwrap();
+    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
     let meta = SnapshotMeta {
         last_log_id: Some(lid(100)),
         last_membership: membership(&[1, 2, 3], 99),
@@ -229,7 +229,7 @@ async fn an_undecodable_snapshot_is_refused_and_never_becomes_the_newest_file() 
     assert!(left.is_empty(), "the refused file is left behind: {left:?}");
     assert_eq!(observe(&sm), before);
     drop(sm);
-    let sm = StateMachine::open(d.path()).expect("reopen after a refused snapshot");
+    let sm = super::apply_tests::reopen(d.path()).expect("reopen after a refused snapshot");
     assert_eq!(observe(&sm), before);
 }
 
@@ -241,7 +241,7 @@ async fn reads_during_an_install_see_the_old_state_or_the_new_one() {
     let (snap, want) = source_snapshot(src.path(), 3000).await;
     let d = tempfile::tempdir().unwrap();
     let before = template(d.path(), 200).await;
-    let mut sm = StateMachine::open(d.path()).unwrap();
+    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let (sm, done) = (sm.clone(), done.clone());
@@ -313,7 +313,7 @@ async fn a_received_snapshot_is_read_once_to_check_it_and_once_to_load_it() {
     let len = std::fs::metadata(&snap.path).unwrap().len();
     let d = tempfile::tempdir().unwrap();
     template(d.path(), 20).await;
-    let mut sm = StateMachine::open(d.path()).unwrap();
+    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
     let snap_dir = d.path().join("snap");
     let read = || snapshot_file::tests::bytes_read_in(&snap_dir);
 
@@ -337,7 +337,7 @@ async fn a_damaged_snapshot_opened_from_disk_is_refused() {
     let (snap, want) = source_snapshot(src.path(), 300).await;
     let d = tempfile::tempdir().unwrap();
     let before = template(d.path(), 20).await;
-    let mut sm = StateMachine::open(d.path()).unwrap();
+    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
 
     let whole = std::fs::read(&snap.path).unwrap();
     let mut damaged = whole.clone();
@@ -365,7 +365,7 @@ async fn a_damaged_snapshot_opened_from_disk_is_refused() {
 #[ignore]
 async fn install_time_of_a_large_received_snapshot() {
     let src = tempfile::tempdir().unwrap();
-    let mut sm = StateMachine::open(src.path()).unwrap();
+    let mut sm = super::apply_tests::reopen(src.path()).unwrap();
     let value = vec![b'v'; 1024];
     for batch in 0..96u64 {
         let reqs: Vec<_> = (0..1024u64)
@@ -390,7 +390,7 @@ async fn install_time_of_a_large_received_snapshot() {
     let len = std::fs::metadata(&snap.path).unwrap().len();
     for checked in [false, true, false, true] {
         let d = tempfile::tempdir().unwrap();
-        let mut sm = StateMachine::open(d.path()).unwrap();
+        let mut sm = super::apply_tests::reopen(d.path()).unwrap();
         let file = if checked {
             receive(&sm, &snap).await
         } else {
@@ -414,7 +414,7 @@ async fn install_time_of_a_large_received_snapshot() {
 #[tokio::test]
 async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
     let src = tempfile::tempdir().unwrap();
-    let mut sm = StateMachine::open(src.path()).unwrap();
+    let mut sm = super::apply_tests::reopen(src.path()).unwrap();
     fill(&sm, "a/", 50, 7, 100, &[1, 2, 3]);
     let built = sm
         .get_snapshot_builder()
@@ -435,7 +435,7 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
 
     let d = tempfile::tempdir().unwrap();
     template(d.path(), 20).await;
-    let mut follower = StateMachine::open(d.path()).unwrap();
+    let mut follower = super::apply_tests::reopen(d.path()).unwrap();
     let file = receive(&follower, &sent).await;
     follower.install_snapshot(&sent.meta, file).await.unwrap();
     assert_eq!(observe(&follower), want);
@@ -445,7 +445,10 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
         .collect();
     assert!(left.is_empty(), "files left after the install: {left:?}");
     drop(follower);
-    assert_eq!(observe(&StateMachine::open(d.path()).unwrap()), want);
+    assert_eq!(
+        observe(&super::apply_tests::reopen(d.path()).unwrap()),
+        want
+    );
 
     // An older version's file, older than the engine: removed at open, the state untouched.
     std::fs::copy(
@@ -453,7 +456,7 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
         d.path().join("snap").join("000000000000008c.snap"),
     )
     .unwrap();
-    let reopened = StateMachine::open(d.path()).unwrap();
+    let reopened = super::apply_tests::reopen(d.path()).unwrap();
     assert_eq!(observe(&reopened), want);
     assert_eq!(newest_snapshot_index(d.path()), 0);
 }
@@ -463,7 +466,7 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_defragmentation_waits_for_a_send_without_pausing_applies() {
     let d = tempfile::tempdir().unwrap();
-    let mut sm = StateMachine::open(d.path()).unwrap();
+    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
     fill(&sm, "a/", 40, 7, 100, &[1, 2, 3]);
     let want = observe(&sm);
     let sending = sm.get_current_snapshot().await.unwrap().unwrap();
