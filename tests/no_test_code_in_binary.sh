@@ -2,7 +2,8 @@
 # Fails when the release library or a release binary contains test-only code: the
 # linearizability checker (the kvd-testkit crate) or the WAL's simulated file system (kvd's
 # `testkit` feature). Release builds keep line tables (`debug = 1`), so code compiled from
-# those files leaves its source path behind. The linker already drops unreferenced functions
+# those files leaves its source path behind; the fault tests' peer dial override (raft/dial_override.rs)
+# also leaves its environment variable's name. The linker already drops unreferenced functions
 # from a binary, so the library is the stricter check: it holds every function compiled.
 #
 # Usage: tests/no_test_code_in_binary.sh [target-dir]   (default: target; build first with
@@ -13,14 +14,15 @@ lib=$(ls -t "$dir"/deps/libkvd-*.rlib 2>/dev/null | head -1 || true)
 [ -n "$lib" ] || { echo "FAIL: no release libkvd in $dir/deps"; exit 1; }
 status=0
 # check FILE PROBE: FILE must hold PROBE (a shipped source file, so the check can see) and no
-# test-only source path.
+# test-only source path or name.
 check() {
   local f=$1 probe=$2 needle
   if ! grep -a -q -F "$probe" "$f"; then
     echo "FAIL: $f lacks $probe: no line tables, this check would see nothing"
     status=1
   fi
-  for needle in linearizability/check.rs linearizability/model.rs wal/simfs.rs kvd_testkit; do
+  for needle in linearizability/check.rs linearizability/model.rs wal/simfs.rs kvd_testkit raft/dial_override.rs \
+    KVD_TEST_PEER_DIAL_OVERRIDE; do
     if grep -a -q -F "$needle" "$f"; then
       echo "FAIL: $f contains test-only code ($needle)"
       status=1

@@ -7,6 +7,8 @@ pub mod alarm_set;
 pub mod background;
 pub mod backup;
 pub mod dial;
+#[cfg(feature = "testkit")]
+pub mod dial_override;
 pub mod engine_dir;
 pub mod error;
 pub mod force_new_cluster;

@@ -47,11 +47,6 @@ use crate::proto::kvdpb::RaftBlob;
 
 pub use super::limits::MAX_PEER_MESSAGE;
 
-/// Fault testing only: `peerURL=dialURL,...`. This member dials `dialURL` whenever it would
-/// dial `peerURL`, so a test can put a fault-injecting proxy on each member-to-member link
-/// (peer URLs live in the replicated membership and are the same on every member).
-pub const PEER_DIAL_OVERRIDE_ENV: &str = "KVD_TEST_PEER_DIAL_OVERRIDE";
-
 /// Shared cache of channels, keyed by peer URL.
 ///
 /// `https://` peer URLs are dialed with `tls` (this member's peer client certificate and the
@@ -64,24 +59,15 @@ pub struct Channels {
 }
 
 impl Channels {
-    /// Channels that honour [`PEER_DIAL_OVERRIDE_ENV`] if it is set.
-    pub fn from_env() -> Result<Channels, String> {
-        let Ok(spec) = std::env::var(PEER_DIAL_OVERRIDE_ENV) else {
-            return Ok(Channels::default());
-        };
-        let mut m = HashMap::new();
-        for pair in spec.split(',').filter(|p| !p.is_empty()) {
-            let (from, to) = pair.split_once('=').ok_or_else(|| {
-                format!("{PEER_DIAL_OVERRIDE_ENV}: expected peerURL=dialURL, got {pair:?}")
-            })?;
-            m.insert(from.to_string(), to.to_string());
-        }
-        tracing::warn!(
-            overrides = m.len(),
-            "{PEER_DIAL_OVERRIDE_ENV} set: peer dials redirected (fault testing only)"
-        );
+    /// This member's channels. Builds with the `testkit` feature also honour the fault tests'
+    /// dial overrides (`super::dial_override`); release builds have no such path.
+    pub fn for_member() -> Result<Channels, String> {
+        #[cfg(feature = "testkit")]
+        let dial_override = Arc::new(super::dial_override::from_env()?);
+        #[cfg(not(feature = "testkit"))]
+        let dial_override = Arc::default();
         Ok(Channels {
-            dial_override: Arc::new(m),
+            dial_override,
             ..Default::default()
         })
     }

@@ -56,7 +56,7 @@ pub async fn open_member(cfg: &Config) -> Result<MemberDir, ServerError> {
     let dir = cfg.data_dir.join("member");
     crate::wal::create_dir_durable(&crate::wal::RealFs, &dir)?;
     let tls = Material::load(cfg)?;
-    let channels = Channels::from_env()
+    let channels = Channels::for_member()
         .map_err(ServerError::Config)?
         .with_tls(tls.peer_client.clone());
     let (ident, fresh) = identity::load_or_create(cfg, &dir, &channels).await?;

@@ -332,7 +332,10 @@ impl ProxiedCluster {
             })
             .collect::<Vec<_>>()
             .join(",");
-        vec![(kvd::raft::network::PEER_DIAL_OVERRIDE_ENV.to_string(), map)]
+        vec![(
+            kvd::raft::dial_override::PEER_DIAL_OVERRIDE_ENV.to_string(),
+            map,
+        )]
     }
 
     /// (Re)starts member `i` with its links routed through the proxies.
