@@ -488,6 +488,7 @@ async fn run_inner(
     let wal = WalOptions {
         segment_size: 16 << 10,
         unsafe_no_fsync: opts.unsafe_no_fsync,
+        ..Default::default()
     };
     eprintln!("powerloss: seed {seed} (snapshot-count {snapshot_count})");
     let mut sim = Sim::new(wal, snapshot_count);
@@ -662,6 +663,7 @@ async fn member_exits_when_its_wal_fails() {
     let wal = WalOptions {
         segment_size: 16 << 10,
         unsafe_no_fsync: false,
+        ..Default::default()
     };
     let mut sim = Sim::new(wal, 100_000);
     for i in 0..3 {

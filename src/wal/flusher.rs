@@ -9,6 +9,8 @@
 //! - after any I/O error the WAL is poisoned: nothing is acknowledged again
 //!   (a failed fsync may have dropped dirty pages, so retrying could report
 //!   data durable that never reached the disk);
+//! - a segment's blocks are reserved (zeros) when it is created, and cut to
+//!   what was written before the next segment is created;
 //! - segment rotation happens only between batches, and a new segment's
 //!   first batch starts by restating the latest Vote, Committed and PurgeUpTo,
 //!   so every older segment holds only superseded state plus entries;
@@ -197,7 +199,14 @@ impl Flusher {
 
     fn rotate(&mut self) -> Result<(), WalError> {
         let seq = self.segments.back().expect("current segment").seq + 1;
-        self.file = create_segment(&self.fs, &self.dir, seq)?;
+        // Cut reserved blocks this segment did not fill (the segment size can change between
+        // runs): recovery accepts a zero tail only in the last segment.
+        let written = self.file.size();
+        self.file.set_len(written)?;
+        if !self.opts.unsafe_no_fsync {
+            self.file.sync_data()?;
+        }
+        self.file = create_segment(&self.fs, &self.dir, seq, self.opts.reservation())?;
         debug_assert_eq!(self.file.size(), HEADER_LEN as u64);
         self.segments.push_back(SegmentInfo {
             seq,

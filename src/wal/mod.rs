@@ -4,7 +4,10 @@
 //!
 //! The WAL is a directory of segment files named `NNNNNNNNNNNNNNNN.wal`
 //! (16 lower-case hex digits: the segment sequence number, contiguous).
-//! All integers are fixed-width little-endian; nothing is padded.
+//! All integers are fixed-width little-endian; nothing is padded. A segment's
+//! blocks are reserved when it is created (`reserve` bytes of zeros, so
+//! a batch's fdatasync has no file size to commit); the zeros after the last
+//! frame of the last segment are not part of the log.
 //!
 //! ```text
 //! segment file
@@ -63,7 +66,8 @@
 //! proves X's batch was fdatasynced. Proof is any of: a later segment file
 //! exists (whatever its content); a `BatchEnd` of a later batch follows
 //! (`batch_start > X`); X's own `BatchEnd` (`batch_start <= X`) is followed
-//! by any byte. Valid frames of X's own batch after X prove nothing: the
+//! by any non-zero byte (zeros are what reserved blocks hold). Only zeros
+//! after the last valid frame of the last segment is its clean end. Valid frames of X's own batch after X prove nothing: the
 //! pages of one in-flight write survive or vanish independently. A torn tail
 //! is truncated to X and fsynced, with a warning; anything else is
 //! `WalError::Corrupt { file, offset: X }` and the WAL does not open. A
@@ -78,7 +82,7 @@
 //! deleted.
 //!
 //! Limitation: damage inside the *last* batch of the last segment, with
-//! nothing after that batch's end (e.g. a bit flip after its fdatasync),
+//! nothing but zeros after that batch's end (e.g. a bit flip after its fdatasync),
 //! cannot be told apart from a torn write, so it is repaired (dropping that
 //! batch's records from the damaged one on) rather than reported. The same
 //! holds if the damage also destroys every `BatchEnd` after it.
@@ -107,6 +111,8 @@ mod recovery;
 #[cfg(any(test, feature = "testkit"))]
 pub mod simfs;
 
+#[cfg(test)]
+mod reserve_tests;
 #[cfg(test)]
 mod tests;
 
@@ -223,6 +229,9 @@ pub struct WalOptions {
     /// A new segment is started before the next batch once the current one
     /// has reached this size (so segments overshoot by at most one batch).
     pub segment_size: u64,
+    /// Bytes of blocks a new segment reserves (zeros, so a batch's fdatasync has no file
+    /// size to commit), at most `segment_size`. Default: 64 MiB, the default segment size.
+    pub reserve: u64,
     /// Skips the fdatasync of each batch (etcd's `--unsafe-no-fsync`): writes are acknowledged
     /// once they reach the OS, so a power loss can lose acknowledged records. Only for tests
     /// that prove the durability checks catch exactly that.
@@ -233,8 +242,16 @@ impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
             segment_size: 64 << 20,
+            reserve: 64 << 20,
             unsafe_no_fsync: false,
         }
+    }
+}
+
+impl WalOptions {
+    /// What a new segment reserves.
+    pub(crate) fn reservation(&self) -> u64 {
+        self.reserve.min(self.segment_size)
     }
 }
 
@@ -397,7 +414,7 @@ impl Wal {
         dir: &Path,
         opts: WalOptions,
     ) -> Result<(Wal, Vec<Record>), WalError> {
-        let rec = recovery::recover(&fs, dir)?;
+        let rec = recovery::recover(&fs, dir, opts.reservation())?;
         let mut vote = None;
         let mut committed = None;
         let mut purge = None;

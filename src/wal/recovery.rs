@@ -8,7 +8,9 @@
 //! only between batches, i.e. after the previous batch's fdatasync. Hence:
 //!
 //! - a batch is *provably synced* if any byte written after it exists: a
-//!   byte past its own `BatchEnd` (the file only grows by later appends), a
+//!   non-zero byte past its own `BatchEnd` (later appends write there; the
+//!   zeros of blocks reserved at the segment's creation prove nothing, and
+//!   every frame holds a non-zero byte, its type), a
 //!   `BatchEnd` of a later batch (`batch_start` beyond the damage), or any
 //!   later segment file at all (even one with a torn header: it was created
 //!   after the sync);
@@ -23,6 +25,12 @@
 //! `batch_start <= X` rather than by the exact start of X's batch because a
 //! repaired torn tail leaves that batch's surviving prefix without a marker,
 //! and the next batch starts at X.
+//!
+//! A segment's blocks are reserved when it is created (zeros, `WalFile::allocate`), so the
+//! last segment normally ends in zeros: frames up to X and only zeros from X on is a clean
+//! end at X, not a torn tail, and writing resumes at X. Before the flusher starts the next
+//! segment it cuts the current one to what it wrote, so only the last segment has such a
+//! tail and a zero region in any other segment is damage.
 //!
 //! Unsynced `unsafe_no_fsync` WALs break the premise; after a power loss they
 //! may be refused as corrupt, which is the honest answer.
@@ -74,18 +82,32 @@ fn io_ctx(e: std::io::Error) -> WalError {
     WalError::Io(e)
 }
 
+/// How the frames of a segment end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tail {
+    /// The last valid frame ends here; after it the file ends or holds only zeros.
+    Clean(u64),
+    /// A torn final batch starts here (why the frame there does not parse).
+    Torn(u64, String),
+}
+
 /// The result of reading the segments, before anything on disk is changed.
 struct Scan {
     records: Vec<Record>,
     locator: Locator,
     segments: Vec<SegmentInfo>,
-    /// Truncate the last segment in `segments` to this length (a torn tail).
-    truncate_to: Option<(u64, String)>,
+    /// How the last segment in `segments` ends.
+    tail: Tail,
     /// A newest segment whose header never became durable: remove it.
     torn_segment: Option<u64>,
 }
 
-pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalError> {
+/// `reserve`: the bytes to reserve in the last segment (and in a new one).
+pub(crate) fn recover(
+    fs: &Arc<dyn WalFs>,
+    dir: &Path,
+    reserve: u64,
+) -> Result<Recovered, WalError> {
     let names = match fs.list_dir(dir) {
         Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -131,7 +153,7 @@ pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalE
         records,
         locator,
         mut segments,
-        truncate_to,
+        tail,
         ..
     } = scan;
 
@@ -139,21 +161,27 @@ pub(crate) fn recover(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Recovered, WalE
         Some(last) => {
             let path = segment_path(dir, last.seq);
             let mut f = fs.open_file(&path).map_err(io_ctx)?;
-            if let Some((len, reason)) = truncate_to {
-                tracing::warn!(
-                    file = %path.display(),
-                    offset = len,
-                    dropped_bytes = f.size() - len,
-                    %reason,
-                    "wal: repairing torn tail"
-                );
-                f.set_len(len).map_err(io_ctx)?;
-                f.sync_data().map_err(io_ctx)?;
+            match tail {
+                Tail::Torn(len, reason) => {
+                    tracing::warn!(
+                        file = %path.display(),
+                        offset = len,
+                        dropped_bytes = f.size() - len,
+                        %reason,
+                        "wal: repairing torn tail"
+                    );
+                    f.set_len(len).map_err(io_ctx)?;
+                }
+                Tail::Clean(end) => f.resume_at(end),
             }
+            // Segments written before blocks were reserved, and a cut torn tail, get their
+            // reservation here, durable before the first write.
+            reserve_blocks(f.as_mut(), reserve);
+            f.sync_data().map_err(io_ctx)?;
             f
         }
         None => {
-            let f = create_segment(fs, dir, 0)?;
+            let f = create_segment(fs, dir, 0, reserve)?;
             segments.push(SegmentInfo {
                 seq: 0,
                 max_entry: None,
@@ -175,7 +203,7 @@ fn scan(fs: &Arc<dyn WalFs>, dir: &Path, seqs: &[u64]) -> Result<Scan, WalError>
         records: Vec::new(),
         locator: Locator::default(),
         segments: Vec::new(),
-        truncate_to: None,
+        tail: Tail::Clean(0),
         torn_segment: None,
     };
     for (i, &seq) in seqs.iter().enumerate() {
@@ -205,7 +233,7 @@ fn scan(fs: &Arc<dyn WalFs>, dir: &Path, seqs: &[u64]) -> Result<Scan, WalError>
                 return Err(WalError::BadHeader { file: path, reason })
             }
         }
-        let (info, torn) = scan_frames(
+        let (info, tail) = scan_frames(
             &path,
             &data,
             seq,
@@ -214,15 +242,13 @@ fn scan(fs: &Arc<dyn WalFs>, dir: &Path, seqs: &[u64]) -> Result<Scan, WalError>
             &mut out.locator,
         )?;
         out.segments.push(info);
-        if let Some(t) = torn {
-            out.truncate_to = Some(t);
-        }
+        out.tail = tail;
     }
     Ok(out)
 }
 
 /// Appends the records of one segment to `records`. Returns the segment's
-/// info and, if its end is a torn tail, the length to cut it to.
+/// info and how its frames end.
 fn scan_frames(
     path: &Path,
     data: &[u8],
@@ -230,7 +256,7 @@ fn scan_frames(
     later_segment: Option<&Path>,
     records: &mut Vec<Record>,
     locator: &mut Locator,
-) -> Result<(SegmentInfo, Option<(u64, String)>), WalError> {
+) -> Result<(SegmentInfo, Tail), WalError> {
     let mut info = SegmentInfo {
         seq,
         max_entry: None,
@@ -254,6 +280,10 @@ fn scan_frames(
                 pos = next;
             }
             Err(reason) => {
+                if later_segment.is_none() && written_end(data) <= pos {
+                    // Reserved blocks, never written.
+                    return Ok((info, Tail::Clean(pos as u64)));
+                }
                 let proof = match later_segment {
                     Some(p) => Some(format!(
                         "segment {} exists, so this one was fully fdatasynced",
@@ -268,16 +298,23 @@ fn scan_frames(
                         reason: format!("{reason}; {proof}"),
                     });
                 }
-                return Ok((info, Some((pos as u64, reason))));
+                return Ok((info, Tail::Torn(pos as u64, reason)));
             }
         }
     }
-    Ok((info, None))
+    Ok((info, Tail::Clean(pos as u64)))
 }
 
-/// Offset of the first valid frame at or after `from`, scanning byte by byte.
+/// One past the last non-zero byte of `data` (0 if all are zero): nothing was written after
+/// it, since every frame holds a non-zero byte (its type).
+fn written_end(data: &[u8]) -> usize {
+    data.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1)
+}
+
+/// Offset of the first valid frame at or after `from`, scanning byte by byte. A frame's type
+/// byte is non-zero, so no frame starts at or after `written_end`.
 fn first_valid_frame(data: &[u8], from: usize) -> Option<usize> {
-    (from..data.len().saturating_sub(FRAME_HEADER_LEN - 1))
+    (from..written_end(data).min(data.len().saturating_sub(FRAME_HEADER_LEN - 1)))
         .find(|&p| format::decode_frame(data, p).is_ok())
 }
 
@@ -293,10 +330,11 @@ fn synced_proof(data: &[u8], bad: usize) -> Option<String> {
             }
             // The damaged batch's own end marker: anything after it was
             // written by a later batch, after this one's fdatasync.
-            return (next < data.len()).then(|| {
+            let written = written_end(data);
+            return (next < written).then(|| {
                 format!(
                     "its batch ends at offset {next} and {} bytes of a later batch follow",
-                    data.len() - next
+                    written - next
                 )
             });
         }
@@ -351,8 +389,8 @@ fn check_hole(
             )));
         }
         let (mut ignored, mut unused) = (Vec::new(), Locator::default());
-        let (info, torn) = scan_frames(&path, &data, seq, None, &mut ignored, &mut unused)?;
-        if let Some((off, reason)) = torn {
+        let (info, tail) = scan_frames(&path, &data, seq, None, &mut ignored, &mut unused)?;
+        if let Tail::Torn(off, reason) = tail {
             return Err(refuse(format!(
                 "{} is unreadable at offset {off} ({reason})",
                 path.display()
@@ -365,17 +403,29 @@ fn check_hole(
     Ok(())
 }
 
-/// Creates a segment and makes its header and directory entry durable, so
-/// that records are never written into a file that might vanish.
+/// Creates a segment with `reserve` bytes of blocks reserved, and makes its header, its
+/// reservation and its directory entry durable, so that records are never written into a
+/// file that might vanish.
 pub(crate) fn create_segment(
     fs: &Arc<dyn WalFs>,
     dir: &Path,
     seq: u64,
+    reserve: u64,
 ) -> Result<Box<dyn WalFile>, WalError> {
     let path: PathBuf = segment_path(dir, seq);
     let mut f = fs.create_file(&path).map_err(io_ctx)?;
     f.append(&format::encode_header(seq)).map_err(io_ctx)?;
+    reserve_blocks(f.as_mut(), reserve);
     f.sync_data().map_err(io_ctx)?;
     fs.sync_dir(dir).map_err(io_ctx)?;
     Ok(f)
+}
+
+/// Reserves `len` bytes of `f`'s blocks ([`WalFile::allocate`]). Without the reservation every
+/// fdatasync also commits the file's new size, which is slower but just as safe, so a failure
+/// (a full disk) is logged and the segment grows by appends.
+fn reserve_blocks(f: &mut dyn WalFile, len: u64) {
+    if let Err(e) = f.allocate(len) {
+        tracing::warn!(error = %e, bytes = len, "wal: cannot reserve the segment's blocks");
+    }
 }

@@ -17,7 +17,7 @@
 //! vanishes, and everything under a vanished directory vanishes with it.
 //!
 //! Failpoints: [`SimFs::fail_after`] makes the n-th mutating operation (write,
-//! set_len, sync, create, remove, rename, sync_dir) and every one after it fail,
+//! set_len, allocate, sync, create, remove, rename, sync_dir) and every one after it fail,
 //! i.e. the machine stops doing I/O at that point; [`SimFs::fail_once_after`]
 //! fails only that one operation. [`SimFs::crash`] clears failpoints and
 //! invalidates every handle opened before it.
@@ -145,7 +145,7 @@ impl SimFs {
     }
 
     /// The kind of op a sticky failpoint fired on ("write", "sync_data", "create", "remove",
-    /// "rename", "sync_dir", "set_len"), while it is in force.
+    /// "rename", "sync_dir", "set_len", "allocate"), while it is in force.
     pub fn tripped_on(&self) -> Option<&'static str> {
         self.lock().fail.and_then(|f| f.tripped_on)
     }
@@ -287,7 +287,7 @@ impl WalFile for SimFile {
     }
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
         let ino = self.ino;
-        let len = self.with("write", |st| {
+        self.with("write", |st| {
             let node = st.inodes.get_mut(&ino).unwrap();
             node.dirty_from = node.dirty_from.min(offset as usize);
             let live = &mut node.live;
@@ -296,9 +296,8 @@ impl WalFile for SimFile {
                 live.resize(end, 0);
             }
             live[offset as usize..end].copy_from_slice(buf);
-            live.len() as u64
         })?;
-        self.len = len;
+        self.len = self.len.max(offset + buf.len() as u64);
         Ok(())
     }
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
@@ -315,6 +314,19 @@ impl WalFile for SimFile {
         })?;
         self.len = len;
         Ok(())
+    }
+    fn allocate(&mut self, len: u64) -> io::Result<()> {
+        let ino = self.ino;
+        self.with("allocate", |st| {
+            let node = st.inodes.get_mut(&ino).unwrap();
+            if node.live.len() < len as usize {
+                node.dirty_from = node.dirty_from.min(node.live.len());
+                node.live.resize(len as usize, 0);
+            }
+        })
+    }
+    fn resume_at(&mut self, end: u64) {
+        self.len = end;
     }
     fn sync_data(&mut self) -> io::Result<()> {
         let ino = self.ino;
