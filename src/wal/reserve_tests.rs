@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::tests::{dir, entry, frames_end};
+use super::tests::{dir, entry, frames_end, sim_with_files};
 use super::*;
 
 fn open(fs: &SimFs, segment_size: u64) -> (Wal, Vec<Record>) {
@@ -136,12 +136,7 @@ fn a_segment_without_a_reservation_gets_one_when_opened() {
     let path = segment_path(&dir(), 0);
     let full = segments(&fs).remove(0);
     let written = full[..frames_end(&full)].to_vec();
-    let legacy = SimFs::new();
-    legacy.create_dir_all(&dir()).unwrap();
-    let mut f = legacy.create_file(&path).unwrap();
-    f.append(&written).unwrap();
-    f.sync_data().unwrap();
-    legacy.sync_dir(&dir()).unwrap();
+    let legacy = sim_with_files(&[(path, written.clone())]);
 
     let (wal, got) = open(&legacy, 1 << 16);
     assert_eq!(got, vec![entry(1, 100), entry(2, 100)]);
@@ -166,12 +161,7 @@ fn a_torn_tail_inside_the_reservation_is_cut_and_reserved_again() {
     let end = frames_end(&data);
     data[end + 4000..end + 4100].fill(0xa5);
     let path = segment_path(&dir(), 0);
-    let torn = SimFs::new();
-    torn.create_dir_all(&dir()).unwrap();
-    let mut f = torn.create_file(&path).unwrap();
-    f.append(&data).unwrap();
-    f.sync_data().unwrap();
-    torn.sync_dir(&dir()).unwrap();
+    let torn = sim_with_files(&[(path, data)]);
 
     let (_wal, got) = open(&torn, 1 << 16);
     assert_eq!(got, vec![entry(1, 100)]);

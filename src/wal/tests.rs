@@ -35,7 +35,7 @@ fn open_sim_opts(fs: &SimFs, opts: WalOptions) -> Result<(Wal, Vec<Record>), Wal
 }
 
 /// A SimFs holding exactly these (durable) segment files.
-fn sim_with_files(files: &[(PathBuf, Vec<u8>)]) -> SimFs {
+pub(super) fn sim_with_files(files: &[(PathBuf, Vec<u8>)]) -> SimFs {
     let fs = SimFs::new();
     fs.create_dir_all(&dir()).unwrap();
     for (p, data) in files {
