@@ -87,8 +87,13 @@ fn io_ctx(e: std::io::Error) -> WalError {
 enum Tail {
     /// The last valid frame ends here; after it the file ends or holds only zeros.
     Clean(u64),
-    /// A torn final batch starts here (why the frame there does not parse).
-    Torn(u64, String),
+    /// A torn final batch starts at `at` (`reason`: why the frame there does not parse); its
+    /// bytes end at `written` (zeros after that are reserved blocks).
+    Torn {
+        at: u64,
+        written: u64,
+        reason: String,
+    },
 }
 
 /// The result of reading the segments, before anything on disk is changed.
@@ -162,11 +167,15 @@ pub(crate) fn recover(
             let path = segment_path(dir, last.seq);
             let mut f = fs.open_file(&path).map_err(io_ctx)?;
             match tail {
-                Tail::Torn(len, reason) => {
+                Tail::Torn {
+                    at: len,
+                    written,
+                    reason,
+                } => {
                     tracing::warn!(
                         file = %path.display(),
                         offset = len,
-                        dropped_bytes = f.size() - len,
+                        dropped_bytes = written - len,
                         %reason,
                         "wal: repairing torn tail"
                     );
@@ -298,7 +307,14 @@ fn scan_frames(
                         reason: format!("{reason}; {proof}"),
                     });
                 }
-                return Ok((info, Tail::Torn(pos as u64, reason)));
+                return Ok((
+                    info,
+                    Tail::Torn {
+                        at: pos as u64,
+                        written: written_end(data) as u64,
+                        reason,
+                    },
+                ));
             }
         }
     }
@@ -390,7 +406,10 @@ fn check_hole(
         }
         let (mut ignored, mut unused) = (Vec::new(), Locator::default());
         let (info, tail) = scan_frames(&path, &data, seq, None, &mut ignored, &mut unused)?;
-        if let Tail::Torn(off, reason) = tail {
+        if let Tail::Torn {
+            at: off, reason, ..
+        } = tail
+        {
             return Err(refuse(format!(
                 "{} is unreadable at offset {off} ({reason})",
                 path.display()
