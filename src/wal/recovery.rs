@@ -289,7 +289,8 @@ fn scan_frames(
                 pos = next;
             }
             Err(reason) => {
-                if later_segment.is_none() && written_end(data) <= pos {
+                let written = written_end(data);
+                if later_segment.is_none() && written <= pos {
                     // Reserved blocks, never written.
                     return Ok((info, Tail::Clean(pos as u64)));
                 }
@@ -311,7 +312,7 @@ fn scan_frames(
                     info,
                     Tail::Torn {
                         at: pos as u64,
-                        written: written_end(data) as u64,
+                        written: written as u64,
                         reason,
                     },
                 ));
@@ -327,10 +328,11 @@ fn written_end(data: &[u8]) -> usize {
     data.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1)
 }
 
-/// Offset of the first valid frame at or after `from`, scanning byte by byte. A frame's type
-/// byte is non-zero, so no frame starts at or after `written_end`.
-fn first_valid_frame(data: &[u8], from: usize) -> Option<usize> {
-    (from..written_end(data).min(data.len().saturating_sub(FRAME_HEADER_LEN - 1)))
+/// Offset of the first valid frame at or after `from` and before `written` (the
+/// `written_end` of `data`: a frame's type byte is non-zero, so none starts after it),
+/// scanning byte by byte.
+fn first_valid_frame(data: &[u8], from: usize, written: usize) -> Option<usize> {
+    (from..written.min(data.len().saturating_sub(FRAME_HEADER_LEN - 1)))
         .find(|&p| format::decode_frame(data, p).is_ok())
 }
 
@@ -338,7 +340,9 @@ fn first_valid_frame(data: &[u8], from: usize) -> Option<usize> {
 /// (see the module docs), or None if it may be the torn final batch.
 fn synced_proof(data: &[u8], bad: usize) -> Option<String> {
     let mut p = bad + 1;
-    while let Some(off) = first_valid_frame(data, p) {
+    // Once: the zeros reserved after the frames can be most of the segment.
+    let written = written_end(data);
+    while let Some(off) = first_valid_frame(data, p, written) {
         let (frame, next) = format::decode_frame(data, off).expect("just validated");
         if let Frame::BatchEnd { batch_start } = frame {
             if batch_start as usize > bad {
@@ -346,7 +350,6 @@ fn synced_proof(data: &[u8], bad: usize) -> Option<String> {
             }
             // The damaged batch's own end marker: anything after it was
             // written by a later batch, after this one's fdatasync.
-            let written = written_end(data);
             return (next < written).then(|| {
                 format!(
                     "its batch ends at offset {next} and {} bytes of a later batch follow",

@@ -169,3 +169,22 @@ fn a_torn_tail_inside_the_reservation_is_cut_and_reserved_again() {
     assert_eq!(now.len(), 1 << 16);
     assert!(now[end..].iter().all(|&b| b == 0), "the garbage is gone");
 }
+
+/// A page lost inside the last batch, its later frames (end marker included) intact, then the
+/// reserved zeros: a torn write, repaired, since zeros after the batch prove no later batch.
+#[test]
+fn a_lost_page_in_the_last_batch_before_the_reserved_zeros_is_torn() {
+    let fs = SimFs::new();
+    let (wal, _) = open(&fs, 1 << 16);
+    wal.write_sync(vec![entry(1, 10)]).unwrap();
+    wal.write_sync((2..40).map(|i| entry(i, 500)).collect())
+        .unwrap();
+    drop(wal);
+    let mut data = segments(&fs).remove(0);
+    assert!(frames_end(&data) > 12288 && data.len() == 1 << 16);
+    data[8192..12288].fill(0);
+    let torn = sim_with_files(&[(segment_path(&dir(), 0), data)]);
+    let (_wal, got) = open(&torn, 1 << 16);
+    assert_eq!(got.first(), Some(&entry(1, 10)));
+    assert!(got.len() < 39, "the batch is cut at the lost page");
+}
