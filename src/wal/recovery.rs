@@ -331,10 +331,19 @@ fn written_end(data: &[u8]) -> usize {
 /// Offset of the first valid frame at or after `from` and before `written` (the
 /// `written_end` of `data`: a frame's type byte is non-zero, so none starts after it),
 /// scanning byte by byte.
+///
+/// Frames are decoded within `written` plus one `BatchEnd`'s length. A `BatchEnd`, the only
+/// frame the proof looks at, ends at most that far past the last non-zero byte; a longer
+/// frame reaching into the reserved zeros is skipped like damage. Decoding against the whole
+/// reservation would checksum up to 64 MiB for every torn byte that looks like a frame header.
 fn first_valid_frame(data: &[u8], from: usize, written: usize) -> Option<usize> {
-    (from..written.min(data.len().saturating_sub(FRAME_HEADER_LEN - 1)))
-        .find(|&p| format::decode_frame(data, p).is_ok())
+    let view = &data[..data.len().min(written + BATCH_END_FRAME_LEN)];
+    (from..written.min(view.len().saturating_sub(FRAME_HEADER_LEN - 1)))
+        .find(|&p| format::decode_frame(view, p).is_ok())
 }
+
+/// A `BatchEnd` frame: header and its `batch_start` (u64).
+const BATCH_END_FRAME_LEN: usize = FRAME_HEADER_LEN + 8;
 
 /// Why the batch holding the bad offset `bad` must have been fdatasynced
 /// (see the module docs), or None if it may be the torn final batch.
