@@ -188,3 +188,34 @@ fn a_lost_page_in_the_last_batch_before_the_reserved_zeros_is_torn() {
     assert_eq!(got.first(), Some(&entry(1, 10)));
     assert!(got.len() < 39, "the batch is cut at the lost page");
 }
+
+/// A reservation that fails (a full disk, say) only costs speed: the WAL opens and keeps
+/// taking writes, which grow the segment by appends.
+#[test]
+fn a_failed_reservation_is_not_an_error() {
+    let setup = || {
+        let fs = SimFs::new();
+        let (wal, _) = open(&fs, 1 << 16);
+        wal.write_sync(vec![entry(1, 100)]).unwrap();
+        drop(wal);
+        fs
+    };
+    // The first I/O of reopening is the last segment's reservation.
+    let probe = setup();
+    probe.fail_after(0);
+    let opts = WalOptions {
+        segment_size: 1 << 16,
+        ..Default::default()
+    };
+    assert!(Wal::open_with_fs(Arc::new(probe.clone()), &dir(), opts).is_err());
+    assert_eq!(probe.tripped_on(), Some("allocate"));
+
+    let fs = setup();
+    fs.fail_once_after(0);
+    let (wal, got) = open(&fs, 1 << 16);
+    assert_eq!(got, vec![entry(1, 100)]);
+    wal.write_sync(vec![entry(2, 100)]).unwrap();
+    drop(wal);
+    let (_wal, got) = open(&fs, 1 << 16);
+    assert_eq!(got, vec![entry(1, 100), entry(2, 100)]);
+}
