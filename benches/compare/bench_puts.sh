@@ -10,6 +10,8 @@
 #        CLIENTS  concurrencies (default "1 64 256 1024"); 1 client uses 1 connection
 #        ROUNDS (2) TOTAL (40000) TOTAL_SEQ (2000, for 1 client) CONNS (16)
 #        PORT     first port (31000); system k uses PORT + 100*k .. + 22
+#        TARGET   leader (default) or follower: the member the load tool talks to (a follower
+#                 forwards each put to the leader and answers once it has applied it)
 #        KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/)
 # Output: raw.tsv (system, round, test, qps, p50, p99, errors, leader fsyncs per put, CPU us of
 #         the three members per put) and the medians table on stdout.
@@ -24,6 +26,7 @@ TOTAL=${TOTAL:-40000}
 TOTAL_SEQ=${TOTAL_SEQ:-2000}
 CONNS=${CONNS:-16}
 PORT=${PORT:-31000}
+TARGET=${TARGET:-leader}
 OUT=${1:-$(mktemp -d /tmp/bench_puts.XXXXXX)}
 mkdir -p "$OUT"
 RAW=$OUT/raw.tsv
@@ -42,7 +45,9 @@ bench() {
   local sys=$1 round=$2 c=$3 n=$TOTAL conns=$CONNS
   ((c == 1)) && n=$TOTAL_SEQ conns=1
   local l; l=$(leader "$sys")
-  local ep=${CLIENT[$sys,$l]} mu=${METRICS[$sys,$l]}
+  local t=$l
+  [[ $TARGET == follower ]] && t=$(((l + 1) % 3))
+  local ep=${CLIENT[$sys,$t]} mu=${METRICS[$sys,$l]}
   local f0 c0 f1 c1 j="$OUT/$sys-r$round-put-$c.json"
   f0=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
   c0=$(cpu_ticks "$sys")

@@ -6,6 +6,7 @@
 pub mod alarm_set;
 pub mod background;
 pub mod backup;
+pub mod commit_hold;
 pub mod dial;
 #[cfg(feature = "testkit")]
 pub mod dial_override;
@@ -33,5 +34,7 @@ pub use error::{ProposeError, StoreError};
 pub use node::RaftNode;
 pub use types::{Fatal, Member, NodeId, Raft, TypeConfig};
 
+#[cfg(test)]
+mod commit_hold_tests;
 #[cfg(test)]
 mod storage_suite;

@@ -38,6 +38,7 @@ use openraft::OptionalSend;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
+use super::commit_hold::{CommitHold, CommitWaits, COMMIT_HOLD};
 use super::links::Links;
 use super::log_store::encode;
 use super::peer_error::PeerFailure;
@@ -140,6 +141,8 @@ impl Channels {
 pub struct NetworkFactory {
     pub channels: Channels,
     pub links: Links,
+    /// Commits a follower waits for: sent at once, not held (see `commit_hold`).
+    pub commit_waits: CommitWaits,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -151,6 +154,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             client: self.channels.peer(node),
             links: self.links.clone(),
             retry: Retry::default(),
+            commit_waits: self.commit_waits.clone(),
         }
     }
 }
@@ -183,6 +187,7 @@ pub struct PeerConnection {
     client: Result<PeerClient<Channel>, String>,
     links: Links,
     retry: Retry,
+    commit_waits: CommitWaits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -298,6 +303,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                     return Err(e);
                 }
             };
+            let input = CommitHold::new(input, COMMIT_HOLD, &self.commit_waits);
             let resp = client.stream_append(input.map(|r| blob(&r))).await;
             self.links.record(self.target, &resp);
             let resp = match resp {

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use openraft::raft::ReadPolicy;
 use prost::Message;
 
+use super::commit_hold::CommitWaits;
 pub use super::error::ProposeError;
 use super::log_store::LogStore;
 use super::network::Channels;
@@ -50,6 +51,9 @@ pub struct RaftNode {
     pub election_timeout: Duration,
     /// Shared read-index rounds for linearizable reads.
     pub reads: Coalescer<u64, ProposeError>,
+    /// Commit indexes followers wait for (their forwarded writes and read indexes), which the
+    /// replication streams send without holding them (`super::commit_hold`).
+    pub commit_waits: CommitWaits,
 }
 
 impl RaftNode {

@@ -176,7 +176,9 @@ impl Peer for PeerService {
             .into_inner()
             .request
             .ok_or_else(|| Status::invalid_argument("missing request"))?;
+        let waiting = self.node.commit_waits.forwarding();
         let (resp, log_index) = self.node.propose_forwarded(inner).await?;
+        waiting.answered(log_index);
         Ok(Response::new(ForwardResponse {
             response: Some(resp),
             log_index,
@@ -188,6 +190,8 @@ impl Peer for PeerService {
         _req: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexResponse>, Status> {
         let read_index = self.node.local_read_index().await?;
+        // The asking member serves the read once it has applied this far.
+        self.node.commit_waits.wait_for(read_index);
         Ok(Response::new(ReadIndexResponse {
             read_index,
             term: self.node.term(),

@@ -20,6 +20,7 @@ use super::config::{ClusterState, Config};
 use super::identity::{self, Identity};
 use super::tls::material::Material;
 use super::ServerError;
+use crate::raft::commit_hold::CommitWaits;
 use crate::raft::links::Links;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{Channels, NetworkFactory};
@@ -152,9 +153,11 @@ pub async fn start_raft(
     if cfg.initial_corrupt_check && !member.fresh && !cfg.force_new_cluster {
         super::corrupt::initial_check(&sm, &member.channels, member.ident.member_id).await?;
     }
+    let commit_waits = CommitWaits::default();
     let network = NetworkFactory {
         channels: member.channels.clone(),
         links: links.clone(),
+        commit_waits: commit_waits.clone(),
     };
     let raft = Raft::new(
         member.ident.member_id,
@@ -174,6 +177,7 @@ pub async fn start_raft(
         leader_contact: Arc::new(std::sync::Mutex::new(std::time::Instant::now())),
         election_timeout: cfg.election_timeout,
         reads: Default::default(),
+        commit_waits,
     };
     if member.fresh && cfg.initial_cluster_state == ClusterState::New {
         initialize(raft, &member.ident);
