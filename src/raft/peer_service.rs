@@ -226,6 +226,8 @@ impl Peer for PeerService {
             .into_inner()
             .request
             .ok_or_else(|| Status::invalid_argument("missing request"))?;
+        // A member list sent next to the forwarding member reads that member's own state.
+        let _waiting = self.node.commit_waits.forwarding();
         let response = self.duties.reconfigure(inner).await?;
         Ok(Response::new(MembershipResponse {
             response: Some(response),
