@@ -36,25 +36,40 @@ fn wire(r: &AppendEntriesRequest<TypeConfig>) -> (Option<u64>, usize, Option<u64
     )
 }
 
+type Sender = mpsc::UnboundedSender<AppendEntriesRequest<TypeConfig>>;
+type Held = CommitHold<mpsc::UnboundedReceiver<AppendEntriesRequest<TypeConfig>>>;
+
+/// A hold over a stream the test feeds through the returned sender.
+fn hold(waits: &CommitWaits) -> (Sender, Held) {
+    let (tx, rx) = mpsc::unbounded();
+    (tx, CommitHold::new(rx, HOLD, waits))
+}
+
+/// The next request, which must be ready without waiting.
+fn at_once<S>(s: &mut CommitHold<S>) -> (Option<u64>, usize, Option<u64>)
+where
+    S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Unpin,
+{
+    let got = s.next().now_or_never().flatten();
+    wire(&got.expect("sent without waiting"))
+}
+
+fn assert_held(s: &mut Held) {
+    assert!(s.next().now_or_never().is_none(), "held");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_request_with_entries_goes_at_once() {
-    let (tx, rx) = mpsc::unbounded();
-    let mut s = CommitHold::new(rx, HOLD, &CommitWaits::default());
+    let (tx, mut s) = hold(&CommitWaits::default());
     tx.unbounded_send(req(5, 2, 5)).unwrap();
-    let got = s
-        .next()
-        .now_or_never()
-        .flatten()
-        .expect("sent without waiting");
-    assert_eq!(wire(&got), (Some(5), 2, Some(5)));
+    assert_eq!(at_once(&mut s), (Some(5), 2, Some(5)));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_commit_is_carried_by_the_next_write_and_not_sent_alone() {
-    let (tx, rx) = mpsc::unbounded();
-    let mut s = CommitHold::new(rx, HOLD, &CommitWaits::default());
+    let (tx, mut s) = hold(&CommitWaits::default());
     tx.unbounded_send(req(7, 0, 7)).unwrap();
-    assert!(s.next().now_or_never().is_none(), "held");
+    assert_held(&mut s);
     tokio::time::advance(HOLD / 2).await;
     tx.unbounded_send(req(7, 1, 7)).unwrap();
     let got = s.next().await.unwrap();
@@ -66,8 +81,7 @@ async fn a_commit_is_carried_by_the_next_write_and_not_sent_alone() {
 
 #[tokio::test(start_paused = true)]
 async fn a_commit_no_write_follows_goes_after_the_hold() {
-    let (tx, rx) = mpsc::unbounded();
-    let mut s = CommitHold::new(rx, HOLD, &CommitWaits::default());
+    let (tx, mut s) = hold(&CommitWaits::default());
     tx.unbounded_send(req(7, 0, 7)).unwrap();
     let start = Instant::now();
     let got = s.next().await.unwrap();
@@ -78,8 +92,7 @@ async fn a_commit_no_write_follows_goes_after_the_hold() {
 
 #[tokio::test(start_paused = true)]
 async fn a_newer_commit_replaces_the_held_one_without_extending_the_hold() {
-    let (tx, rx) = mpsc::unbounded();
-    let mut s = CommitHold::new(rx, HOLD, &CommitWaits::default());
+    let (tx, mut s) = hold(&CommitWaits::default());
     let start = Instant::now();
     tx.unbounded_send(req(7, 0, 6)).unwrap();
     assert!(s.next().now_or_never().is_none());
@@ -99,19 +112,13 @@ async fn the_last_request_of_a_stream_is_not_held() {
         HOLD,
         &CommitWaits::default(),
     );
-    let got = s
-        .next()
-        .now_or_never()
-        .flatten()
-        .expect("sent without waiting");
-    assert_eq!(wire(&got), (Some(3), 0, Some(3)));
+    assert_eq!(at_once(&mut s), (Some(3), 0, Some(3)));
     assert!(s.next().now_or_never().expect("ended").is_none());
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_hold_restarts_for_each_commit_after_a_write() {
-    let (tx, rx) = mpsc::unbounded();
-    let mut s = CommitHold::new(rx, HOLD, &CommitWaits::default());
+    let (tx, mut s) = hold(&CommitWaits::default());
     tx.unbounded_send(req(1, 0, 1)).unwrap();
     assert_eq!(wire(&s.next().await.unwrap()), (Some(1), 0, Some(1)));
     tokio::time::advance(HOLD * 10).await;
@@ -126,11 +133,10 @@ async fn the_hold_restarts_for_each_commit_after_a_write() {
 #[tokio::test(start_paused = true)]
 async fn a_commit_a_follower_waits_for_is_not_held() {
     let waits = CommitWaits::default();
-    let (tx, rx) = mpsc::unbounded();
-    let mut s = CommitHold::new(rx, HOLD, &waits);
+    let (tx, mut s) = hold(&waits);
     // A held commit goes as soon as a follower waits for it (a forwarded write answered).
     tx.unbounded_send(req(7, 0, 7)).unwrap();
-    assert!(s.next().now_or_never().is_none(), "held");
+    assert_held(&mut s);
     let start = Instant::now();
     let (got, _) = tokio::join!(s.next(), async { waits.wait_for(7) });
     assert_eq!(wire(&got.unwrap()), (Some(7), 0, Some(7)));
@@ -138,44 +144,32 @@ async fn a_commit_a_follower_waits_for_is_not_held() {
     // A wait recorded before the commit reaches the stream: not held at all.
     waits.wait_for(8);
     tx.unbounded_send(req(8, 0, 8)).unwrap();
-    let got = s
-        .next()
-        .now_or_never()
-        .flatten()
-        .expect("sent without waiting");
-    assert_eq!(wire(&got), (Some(8), 0, Some(8)));
+    assert_eq!(at_once(&mut s), (Some(8), 0, Some(8)));
     // Once a request carried the awaited index, commits are held again.
     tx.unbounded_send(req(9, 0, 9)).unwrap();
-    assert!(s.next().now_or_never().is_none(), "held");
+    assert_held(&mut s);
 }
 
 #[tokio::test(start_paused = true)]
 async fn nothing_is_held_while_a_forwarded_write_is_in_flight() {
     let waits = CommitWaits::default();
-    let (tx, rx) = mpsc::unbounded();
-    let mut s = CommitHold::new(rx, HOLD, &waits);
+    let (tx, mut s) = hold(&waits);
     let fwd = waits.forwarding();
     tx.unbounded_send(req(7, 0, 7)).unwrap();
-    let got = s
-        .next()
-        .now_or_never()
-        .flatten()
-        .expect("sent without waiting");
-    assert_eq!(wire(&got), (Some(7), 0, Some(7)));
+    assert_eq!(at_once(&mut s), (Some(7), 0, Some(7)));
     // Answered after its commit was sent: later commits are held again.
     fwd.answered(7);
     tx.unbounded_send(req(8, 0, 8)).unwrap();
-    assert!(s.next().now_or_never().is_none(), "held");
+    assert_held(&mut s);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_forwarded_write_answered_before_its_commit_was_sent_releases_it() {
     let waits = CommitWaits::default();
-    let (tx, rx) = mpsc::unbounded();
-    let mut s = CommitHold::new(rx, HOLD, &waits);
+    let (tx, mut s) = hold(&waits);
     // The commit was held before the write was seen as forwarded (a race on the leader).
     tx.unbounded_send(req(7, 0, 7)).unwrap();
-    assert!(s.next().now_or_never().is_none(), "held");
+    assert_held(&mut s);
     let start = Instant::now();
     let (got, _) = tokio::join!(s.next(), async { waits.forwarding().answered(7) });
     assert_eq!(wire(&got.unwrap()), (Some(7), 0, Some(7)));
