@@ -1,7 +1,8 @@
 //! Raft: openraft's type config, the WAL-backed log store, the MVCC state machine,
-//! snapshot files, the peer network (client and server, with per-peer health in `links` and
-//! typed failure causes in `peer_error`), the peer prober and the node glue that proposes
-//! writes and serves read-index barriers.
+//! snapshot files, the peer network (client and server, with per-peer health in `links`,
+//! typed failure causes in `peer_error`, and commit indexes that ride on the next write in
+//! `commit_hold`), the peer prober and the node glue that proposes writes and serves
+//! read-index barriers.
 
 pub mod alarm_set;
 pub mod background;
