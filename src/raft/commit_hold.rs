@@ -189,14 +189,12 @@ impl<S: Stream<Item = Request> + Unpin> Stream for CommitHold<S> {
                 }
                 Poll::Ready(None) => this.inner_done = true,
                 Poll::Pending => {
-                    let Some(req) = this.held.take() else {
-                        return Poll::Pending;
+                    let due = this.held.is_some()
+                        && (this.awaited() || this.deadline.as_mut().poll(cx).is_ready());
+                    return match this.held.take_if(|_| due) {
+                        Some(req) => this.send(req),
+                        None => Poll::Pending,
                     };
-                    if this.awaited() || this.deadline.as_mut().poll(cx).is_ready() {
-                        return this.send(req);
-                    }
-                    this.held = Some(req);
-                    return Poll::Pending;
                 }
             }
         }

@@ -175,3 +175,13 @@ async fn a_forwarded_write_answered_before_its_commit_was_sent_releases_it() {
     assert_eq!(wire(&got.unwrap()), (Some(7), 0, Some(7)));
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_forwarded_write_that_failed_no_longer_prevents_the_hold() {
+    let waits = CommitWaits::default();
+    let (tx, mut s) = hold(&waits);
+    // The proposal failed (not leader, timeout): the guard is dropped without an index.
+    drop(waits.forwarding());
+    tx.unbounded_send(req(7, 0, 7)).unwrap();
+    assert_held(&mut s);
+}
