@@ -270,16 +270,7 @@ impl Reconfig {
         voters: &BTreeSet<NodeId>,
         joining: Option<(NodeId, bool)>,
     ) -> Result<(), ApiError> {
-        let mut started = 0;
-        let mut active = 0;
-        for v in voters {
-            let (s, a) = match joining {
-                Some((j, s)) if j == *v => (s, s && self.active(j)),
-                _ => (self.started(*v)?, self.active(*v)),
-            };
-            started += usize::from(s);
-            active += usize::from(a);
-        }
+        let (started, active) = self.count(voters, joining)?;
         let n = voters.len();
         // etcd lets a one-member cluster grow to two (restoring a cluster from one member).
         let growing_from_one = n == 2 && started == 1 && joining.is_some();
@@ -290,6 +281,36 @@ impl Reconfig {
             return Err(ApiError::Unhealthy);
         }
         Ok(())
+    }
+
+    /// etcd's check before adding a learner: only that the voters are connected. A learner
+    /// takes no part in quorum, so whether they have started (published) does not matter.
+    fn check_connected(&self, voters: &BTreeSet<NodeId>) -> Result<(), ApiError> {
+        let (_, active) = self.count(voters, None)?;
+        if active < quorum(voters.len()) {
+            return Err(ApiError::Unhealthy);
+        }
+        Ok(())
+    }
+
+    /// How many of `voters` have started and how many are active (see [`Self::check_quorum`]
+    /// for `joining`).
+    fn count(
+        &self,
+        voters: &BTreeSet<NodeId>,
+        joining: Option<(NodeId, bool)>,
+    ) -> Result<(usize, usize), ApiError> {
+        let mut started = 0;
+        let mut active = 0;
+        for v in voters {
+            let (s, a) = match joining {
+                Some((j, s)) if j == *v => (s, s && self.active(j)),
+                _ => (self.started(*v)?, self.active(*v)),
+            };
+            started += usize::from(s);
+            active += usize::from(a);
+        }
+        Ok((started, active))
     }
 
     fn header_members(&self, m: Option<&Membership>) -> Result<Vec<EtcdMember>, ApiError> {
@@ -342,7 +363,7 @@ impl Reconfig {
             if m.learner_ids().count() >= MAX_LEARNERS {
                 return Err(ApiError::TooManyLearners);
             }
-            self.check_quorum(&voters, None)?;
+            self.check_connected(&voters)?;
         } else {
             voters.insert(id);
             self.check_quorum(&voters, Some((id, false)))?;
