@@ -1,5 +1,5 @@
-//! `grpc_server_handled_total{grpc_service,grpc_method,grpc_code}` as a tower layer on the
-//! client gRPC server.
+//! `grpc_server_handled_total{grpc_service,grpc_method,grpc_code}`, counted by the client
+//! port's dispatch ([`Handled`]).
 //!
 //! The code is read from the response head: tonic sends a handler's error as a
 //! trailers-only response (`grpc-status` in the headers), and a response without it in the
@@ -7,11 +7,8 @@
 //! is counted when its stream starts, so a stream that fails midway still counts as `OK`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
-use std::task::{Context, Poll};
 
 /// Handled RPCs by (service, method, code), as `grpc_server_handled_total` exports them.
 pub type Table = BTreeMap<(String, String, &'static str), u64>;
@@ -37,7 +34,6 @@ const CODE_NAMES: [&str; 17] = [
     "Unauthenticated",
 ];
 const UNKNOWN: usize = 2;
-const UNAVAILABLE: usize = 14;
 
 /// Methods counted at most: a client can call any method name under a served service, and
 /// each would otherwise add a row for good.
@@ -81,74 +77,53 @@ fn code_index(c: &[u8]) -> usize {
         .unwrap_or(UNKNOWN)
 }
 
+#[cfg(test)]
 fn record(path: &str, code: usize) {
-    record_in(table(), path, code)
+    Handled::start(path).finish_code(code)
 }
 
-fn record_in(table: &Methods, path: &str, code: usize) {
+/// The counts of `path`, added on its first call (unless [`MAX_METHODS`] are counted).
+fn counts_in(table: &Methods, path: &str) -> Option<&'static Counts> {
     let counts = table
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .get(path)
         .copied();
-    let counts = match counts {
-        Some(c) => c,
-        None => {
-            let mut t = table.write().unwrap_or_else(|e| e.into_inner());
-            if t.len() >= MAX_METHODS && !t.contains_key(path) {
-                return;
-            }
-            *t.entry(path.to_string())
-                .or_insert_with(|| Box::leak(Box::default()))
+    if counts.is_some() {
+        return counts;
+    }
+    let mut t = table.write().unwrap_or_else(|e| e.into_inner());
+    if t.len() >= MAX_METHODS && !t.contains_key(path) {
+        return None;
+    }
+    Some(
+        *t.entry(path.to_string())
+            .or_insert_with(|| Box::leak(Box::default())),
+    )
+}
+
+/// One call being handled: started with its request path, finished with its response, so
+/// that the request need not be kept (or its URI copied) while the call runs.
+pub struct Handled(Option<&'static Counts>);
+
+impl Handled {
+    pub fn start(path: &str) -> Self {
+        Handled(counts_in(table(), path))
+    }
+
+    /// Counts the call under the code of its response head (`OK` without `grpc-status`).
+    pub fn finish<B>(&self, res: &http::Response<B>) {
+        let code = res
+            .headers()
+            .get("grpc-status")
+            .map_or(0, |v| code_index(v.as_bytes()));
+        self.finish_code(code)
+    }
+
+    fn finish_code(&self, code: usize) {
+        if let Some(c) = self.0 {
+            c[code].fetch_add(1, Ordering::Relaxed);
         }
-    };
-    counts[code].fetch_add(1, Ordering::Relaxed);
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GrpcMetricsLayer;
-
-impl<S> tower::Layer<S> for GrpcMetricsLayer {
-    type Service = GrpcMetrics<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        GrpcMetrics { inner }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct GrpcMetrics<S> {
-    inner: S,
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for GrpcMetrics<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        // The URI is moved into the inner service; its path is kept without a copy.
-        let uri = req.uri().clone();
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let res = fut.await;
-            let code = match &res {
-                Ok(r) => r
-                    .headers()
-                    .get("grpc-status")
-                    .map_or(0, |v| code_index(v.as_bytes())),
-                Err(_) => UNAVAILABLE,
-            };
-            record(uri.path(), code);
-            res
-        })
     }
 }
 
@@ -180,9 +155,11 @@ mod tests {
     fn the_number_of_methods_counted_is_bounded() {
         let t = Methods::default();
         for i in 0..MAX_METHODS + 10 {
-            record_in(&t, &format!("/test.Bounded/M{i}"), 0);
+            if let Some(c) = counts_in(&t, &format!("/test.Bounded/M{i}")) {
+                c[0].fetch_add(1, Ordering::Relaxed);
+            }
         }
-        record_in(&t, "/test.Bounded/M0", 0);
+        counts_in(&t, "/test.Bounded/M0").unwrap()[0].fetch_add(1, Ordering::Relaxed);
         let t = t.read().unwrap();
         assert_eq!(t.len(), MAX_METHODS);
         assert_eq!(t["/test.Bounded/M0"][0].load(Ordering::Relaxed), 2);

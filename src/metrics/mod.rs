@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Mutex;
 
-pub use grpc::{snapshot as grpc_table, GrpcMetricsLayer, Table as GrpcTable};
+pub use grpc::{snapshot as grpc_table, Handled as GrpcHandled, Table as GrpcTable};
 pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use peer_histogram::{PeerHistograms, PeerSeries, SNAPSHOT_BUCKETS};
 pub use recent::{RecentLatency, RecentSummary, WINDOW_SECS};

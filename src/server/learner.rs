@@ -8,10 +8,9 @@
 //! message, so the KV service checks that one itself ([`refuse_linearizable_range`]).
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use futures::future::{ready, Either, Ready};
 use tonic::server::NamedService;
 
 use super::error::ApiError;
@@ -37,8 +36,6 @@ impl<S: NamedService> NamedService for LearnerGuard<S> {
     const NAME: &'static str = S::NAME;
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
 impl<S, B> tower::Service<http::Request<B>> for LearnerGuard<S>
 where
     S: tower::Service<
@@ -50,7 +47,7 @@ where
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+    type Future = Either<Ready<Result<Self::Response, Infallible>>, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -59,9 +56,9 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         if !SERVED_BY_LEARNER.contains(&req.uri().path()) && self.node.is_learner() {
             let refused = tonic::Status::from(ApiError::NotSupportedForLearner).into_http();
-            return Box::pin(async move { Ok(refused) });
+            return Either::Left(ready(Ok(refused)));
         }
-        Box::pin(self.inner.call(req))
+        Either::Right(self.inner.call(req))
     }
 }
 

@@ -14,6 +14,7 @@ pub mod alarms;
 pub mod auth;
 pub mod backup;
 pub mod client_cert;
+mod client_dispatch;
 pub mod cluster;
 mod compactor;
 pub mod config;

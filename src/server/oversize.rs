@@ -3,7 +3,7 @@
 //! A request above `--max-request-bytes` + 512 KiB never reaches a handler: tonic's decoder
 //! refuses it with `OutOfRange` (and a message of its own). grpc-go, and so etcd, answers
 //! `ResourceExhausted` "grpc: received message larger than max (N vs. M)", and clients (etcd's
-//! among them) treat the two codes differently. [`EtcdSizeError`] reads the length prefix of
+//! among them) treat the two codes differently. A [`SizeCheck`] reads the length prefix of
 //! each gRPC message in the request body as it passes to tonic; when one is above the limit,
 //! the `OutOfRange` status in a trailers-only response head is tonic's refusal of it, and
 //! becomes grpc-go's. Every other response is left alone. (Requests between
@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::StreamExt;
 use tonic::{Code, Status};
 
 /// grpc-go's status for a message of `found` bytes over a transport limit of `limit`.
@@ -80,34 +79,74 @@ impl Frames {
     }
 }
 
-/// A request body whose message lengths [`EtcdSizeError`] can watch.
-pub trait WatchedBody: Sized {
-    fn watched(self, frames: Frames) -> Self;
+/// A request body whose gRPC message lengths are read as it passes (see [`Frames`]).
+pub struct Watched<B> {
+    inner: B,
+    frames: Frames,
 }
 
-fn watch_axum(body: axum::body::Body, mut frames: Frames) -> axum::body::Body {
-    axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
-        if let Ok(c) = &chunk {
-            frames.observe(c);
+impl<B> http_body::Body for Watched<B>
+where
+    B: http_body::Body<Data = bytes::Bytes> + Unpin,
+{
+    type Data = bytes::Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if let Some(data) = frame.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()) {
+            self.frames.observe(data);
         }
-        chunk
-    }))
-}
+        Poll::Ready(frame)
+    }
 
-impl WatchedBody for axum::body::Body {
-    fn watched(self, frames: Frames) -> Self {
-        watch_axum(self, frames)
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
-impl WatchedBody for tonic::body::Body {
-    fn watched(self, frames: Frames) -> Self {
-        tonic::body::Body::new(watch_axum(axum::body::Body::new(self), frames))
+/// One request's check: its body is [`SizeCheck::watch`]ed on the way in, and its response
+/// head [`SizeCheck::rewrite`]n on the way out.
+pub struct SizeCheck {
+    found: Arc<AtomicU64>,
+    limit: usize,
+}
+
+impl SizeCheck {
+    pub fn new(limit: usize) -> Self {
+        SizeCheck {
+            found: Arc::new(AtomicU64::new(0)),
+            limit,
+        }
+    }
+
+    pub fn watch<B>(&self, body: B) -> Watched<B> {
+        Watched {
+            inner: body,
+            frames: Frames::new(self.limit, self.found.clone()),
+        }
+    }
+
+    /// Turns tonic's refusal of a message above the limit in `headers` into grpc-go's.
+    pub fn rewrite(&self, headers: &mut http::HeaderMap) {
+        rewrite(
+            headers,
+            self.found.load(Ordering::Relaxed),
+            self.limit as u64,
+        );
     }
 }
 
 /// Turns tonic's refusal of a message above `limit` into grpc-go's status (see the module
-/// docs). Wraps the client port's gRPC routes and the JSON gateway's in-process clients.
+/// docs). Wraps the JSON gateway's in-process clients; the client port's gRPC calls get the
+/// same check in [`super::client_dispatch`].
 #[derive(Clone)]
 pub struct EtcdSizeError<S> {
     inner: S,
@@ -122,10 +161,9 @@ impl<S> EtcdSizeError<S> {
 
 impl<S, B, R> tower::Service<http::Request<B>> for EtcdSizeError<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S: tower::Service<http::Request<Watched<B>>, Response = http::Response<R>>,
     S::Future: Send + 'static,
     S::Error: 'static,
-    B: WatchedBody,
     R: 'static,
 {
     type Response = http::Response<R>;
@@ -137,13 +175,11 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let found = Arc::new(AtomicU64::new(0));
-        let frames = Frames::new(self.limit, found.clone());
-        let call = self.inner.call(req.map(|b| b.watched(frames)));
-        let limit = self.limit as u64;
+        let check = SizeCheck::new(self.limit);
+        let call = self.inner.call(req.map(|b| check.watch(b)));
         Box::pin(async move {
             let mut res = call.await?;
-            rewrite(res.headers_mut(), found.load(Ordering::Relaxed), limit);
+            check.rewrite(res.headers_mut());
             Ok(res)
         })
     }

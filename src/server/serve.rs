@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::service::Routes;
 
+use super::client_dispatch::ClientDispatch;
 use super::config::Config;
 use super::context::ServerCtx;
 use super::learner::LearnerGuard;
@@ -22,7 +23,7 @@ use super::start::{Listeners, MemberDir};
 use super::tls::acceptor;
 use super::{
     cluster, compactor, election, gateway, kv, leader_duties, lease, local_client, lock,
-    maintenance, membership, observe, oversize, watches,
+    maintenance, membership, observe, watches,
 };
 use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
@@ -137,19 +138,21 @@ pub fn serve(
     let scrape = observe::Scrape::new(node.clone());
     let mut aux = vec![tokio::spawn(scrape.clone().watch_leader())];
     for (i, l) in listeners.client.into_iter().enumerate() {
-        let router = tonic::transport::Server::builder()
-            // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by
-            // the HTTP/2 preface), as etcd multiplexes both on its client port.
-            .accept_http1(true)
-            .add_routes(client_routes(&services, node, &scrape, max_msg));
+        // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by the
+        // HTTP/2 preface), as etcd multiplexes both on its client port.
+        let server = tonic::transport::Server::builder().accept_http1(true);
+        let dispatch = client_dispatch(&services, node, &scrape);
         let stop = stopped(stop_rx.clone());
         servers.push(
             match tls_for(&cfg.tls.listen_client_https, i, &member.tls.client_server) {
-                Some(tls) => tokio::spawn(router.serve_with_incoming_shutdown(
+                Some(tls) => tokio::spawn(server.serve_with_incoming_shutdown(
+                    dispatch,
                     acceptor::incoming(l, tls, member.tls.client_cert_auth),
                     stop,
                 )),
-                None => tokio::spawn(router.serve_with_incoming_shutdown(incoming(l), stop)),
+                None => {
+                    tokio::spawn(server.serve_with_incoming_shutdown(dispatch, incoming(l), stop))
+                }
             },
         );
     }
@@ -263,33 +266,18 @@ fn client_services(
     }
 }
 
-/// A client listener's routes: the etcd gRPC services (counted by the gRPC metrics), the JSON
-/// gateway and its plain endpoints, `/metrics` (as etcd's client port), and a fallback that answers gRPC calls to unknown methods
-/// with `Unimplemented` and anything else with 404.
-fn client_routes(
+/// A client listener's service: the etcd gRPC services, and a router with the JSON gateway and
+/// its plain endpoints, `/metrics` (as etcd's client port), and a fallback that answers gRPC
+/// calls to unknown services with `Unimplemented` and anything else with 404.
+fn client_dispatch(
     services: &gateway::Services,
     node: &RaftNode,
     scrape: &observe::Scrape,
-    max_msg: usize,
-) -> Routes {
-    let grpc = Routes::new(services.kv.clone())
-        .add_service(services.watch.clone())
-        .add_service(services.lease.clone())
-        .add_service(services.cluster.clone())
-        .add_service(services.maintenance.clone())
-        .add_service(services.lock.clone())
-        .add_service(services.election.clone())
-        .add_service(services.auth.clone())
-        .into_axum_router()
-        .layer(tower::layer::layer_fn(move |s| {
-            oversize::EtcdSizeError::new(s, max_msg)
-        }))
-        .layer(crate::metrics::GrpcMetricsLayer);
-    Routes::from(
-        grpc.merge(gateway::router(services.clone(), node.clone(), max_msg))
-            .merge(observe::metrics_router(scrape.clone()))
-            .fallback(gateway::not_found),
-    )
+) -> ClientDispatch {
+    let rest = gateway::router(services.clone(), node.clone(), services.max_msg)
+        .merge(observe::metrics_router(scrape.clone()))
+        .fallback(gateway::not_found);
+    ClientDispatch::new(services.clone(), Routes::from(rest))
 }
 
 /// The TLS config for the `i`th listener of a kind: only `https://` listeners speak TLS (an
