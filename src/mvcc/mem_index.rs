@@ -1,4 +1,5 @@
-//! The in-memory key index, etcd's `treeIndex`: user key -> [`KeyIndex`].
+//! The in-memory key index, etcd's `treeIndex`: user key -> [`KeyIndex`], ordered by key
+//! (an [`IndexKey`] compares its first eight bytes inline).
 //!
 //! It is not persisted: [`MemIndex::rebuild`] derives it from the history tree when the
 //! store opens or loads a snapshot, as etcd rebuilds its tree index from the backend. A
@@ -22,6 +23,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use super::engine::{Engine, StoreEngine, Tree};
 use super::error::MvccError;
 use super::index::{Found, KeyIndex, Query, Record, Revision};
+use super::index_key::{IndexKey, KeyProbe, Probe};
 use super::key_range::KeyRange;
 
 /// Keys compacted per hold of the write lock.
@@ -29,29 +31,29 @@ const COMPACT_CHUNK: usize = 1024;
 
 #[derive(Default)]
 pub(crate) struct MemIndex {
-    map: RwLock<BTreeMap<Vec<u8>, KeyIndex>>,
+    map: RwLock<BTreeMap<IndexKey, KeyIndex>>,
 }
 
 impl MemIndex {
     // A panicking reader cannot leave the map half-changed; a panicking applier takes the
     // process down with it. So poisoning carries no information here.
-    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<Vec<u8>, KeyIndex>> {
+    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<IndexKey, KeyIndex>> {
         self.map.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<Vec<u8>, KeyIndex>> {
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<IndexKey, KeyIndex>> {
         self.map.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Replaces the whole index with one derived from the history tree.
     pub fn rebuild(&self, engine: &StoreEngine) -> Result<(), MvccError> {
-        let mut map: BTreeMap<Vec<u8>, KeyIndex> = BTreeMap::new();
+        let mut map: BTreeMap<IndexKey, KeyIndex> = BTreeMap::new();
         for item in engine.iter(Tree::Rev) {
             let (k, v) = item?;
             let r = Revision::from_bytes(&k)?;
             let rec = Record::decode(&v)?;
             let life = (rec.kv.create_revision, rec.kv.version);
-            map.entry(rec.kv.key)
+            map.entry(IndexKey::from(rec.kv.key))
                 .or_default()
                 .restore(r, rec.tombstone, life);
         }
@@ -69,15 +71,18 @@ impl MemIndex {
         loop {
             let mut map = self.write();
             let from = after.take();
-            let lower = from.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let from = from.as_deref().map(Probe::new);
+            let lower = from
+                .as_ref()
+                .map_or(Bound::Unbounded, |p| Bound::Excluded(p as &dyn KeyProbe));
             let mut emptied = Vec::new();
             for (n, (k, ki)) in map
-                .range_mut::<[u8], _>((lower, Bound::Unbounded))
+                .range_mut::<dyn KeyProbe, _>((lower, Bound::Unbounded))
                 .take(COMPACT_CHUNK)
                 .enumerate()
             {
                 if n + 1 == COMPACT_CHUNK {
-                    after = Some(k.clone());
+                    after = Some(k.bytes().to_vec());
                 }
                 let (rest, gone) = ki.compact(at);
                 if gone.is_empty() {
@@ -100,13 +105,15 @@ impl MemIndex {
 
     /// Answers `q` about `key` without copying its revisions.
     pub fn find(&self, key: &[u8], q: Query) -> Option<Found> {
-        self.read().get(key).and_then(|ki| ki.query(q))
+        self.read()
+            .get::<dyn KeyProbe>(&Probe::new(key))
+            .and_then(|ki| ki.query(q))
     }
 
     /// A copy of `key`'s index.
     #[cfg(test)]
     pub fn get_cloned(&self, key: &[u8]) -> Option<KeyIndex> {
-        self.read().get(key).cloned()
+        self.read().get::<dyn KeyProbe>(&Probe::new(key)).cloned()
     }
 
     /// Visits the indexes of the keys in `kr`, in key order, until `f` returns false.
@@ -115,13 +122,19 @@ impl MemIndex {
         match kr {
             KeyRange::Empty => {}
             KeyRange::Single(k) => {
-                if let Some(ki) = map.get(k) {
+                if let Some(ki) = map.get::<dyn KeyProbe>(&Probe::new(k)) {
                     f(k, ki);
                 }
             }
             _ => {
-                for (k, ki) in map.range::<[u8], _>(kr.bounds()) {
-                    if !f(k, ki) {
+                let (lo, hi) = kr.bounds();
+                let (lo, hi) = (lo.map(Probe::new), hi.map(Probe::new));
+                let bounds = (
+                    lo.as_ref().map(|p| p as &dyn KeyProbe),
+                    hi.as_ref().map(|p| p as &dyn KeyProbe),
+                );
+                for (k, ki) in map.range::<dyn KeyProbe, _>(bounds) {
+                    if !f(k.bytes(), ki) {
                         break;
                     }
                 }
@@ -133,16 +146,16 @@ impl MemIndex {
     pub fn push(&self, key: &[u8], rev: Revision, tombstone: bool) {
         let mut map = self.write();
         if tombstone {
-            map.get_mut(key)
+            map.get_mut::<dyn KeyProbe>(&Probe::new(key))
                 .expect("tombstone of a key without index")
                 .tombstone(rev);
         } else {
-            match map.get_mut(key) {
+            match map.get_mut::<dyn KeyProbe>(&Probe::new(key)) {
                 Some(ki) => ki.put(rev),
                 None => {
                     let mut ki = KeyIndex::default();
                     ki.put(rev);
-                    map.insert(key.to_vec(), ki);
+                    map.insert(IndexKey::from(key), ki);
                 }
             }
         }
@@ -153,7 +166,7 @@ impl MemIndex {
     /// ([`KeyIndex::life`]): one lookup in the map for both.
     pub fn put(&self, key: &[u8], rev: Revision) -> Option<(i64, i64)> {
         let mut map = self.write();
-        match map.get_mut(key) {
+        match map.get_mut::<dyn KeyProbe>(&Probe::new(key)) {
             Some(ki) => {
                 let life = ki.life();
                 ki.put(rev);
@@ -162,7 +175,7 @@ impl MemIndex {
             None => {
                 let mut ki = KeyIndex::default();
                 ki.put(rev);
-                map.insert(key.to_vec(), ki);
+                map.insert(IndexKey::from(key), ki);
                 None
             }
         }
@@ -171,9 +184,10 @@ impl MemIndex {
     /// Undoes the last [`Self::push`] (or [`Self::put`]) on `key`.
     pub fn unpush(&self, key: &[u8]) {
         let mut map = self.write();
-        if let Some(ki) = map.get_mut(key) {
+        let probe = Probe::new(key);
+        if let Some(ki) = map.get_mut::<dyn KeyProbe>(&probe) {
             if ki.unpush() {
-                map.remove(key);
+                map.remove::<dyn KeyProbe>(&probe);
             }
         }
     }

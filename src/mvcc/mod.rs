@@ -67,6 +67,7 @@ mod garbage;
 mod gosort;
 mod hash;
 mod index;
+mod index_key;
 mod key_range;
 mod load;
 mod mem_index;
