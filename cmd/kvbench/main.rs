@@ -22,6 +22,12 @@ mod watch;
 
 use clap::{Args, Parser, Subcommand};
 
+// The load tool shares the machine with the members it measures: every microsecond it spends
+// per request is one they do not get. glibc's allocator was about a tenth of its CPU at 256
+// clients (docs/benchmarks.md, "The client dispatch").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kvbench",
