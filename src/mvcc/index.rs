@@ -51,6 +51,8 @@ impl Revision {
     }
 }
 
+type Generations = smallvec::SmallVec<[Generation; 1]>;
+
 /// One life of a key: from its creation up to (if `closed`) its deletion. When `closed`,
 /// the last revision is the tombstone.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +62,8 @@ struct Generation {
 }
 
 /// All revisions of one key that are still in the history, grouped by generation like
-/// etcd's `keyIndex`.
+/// etcd's `keyIndex`. Most keys have one generation; it is kept inline, so that a put on a
+/// key touches one allocation (its revisions), not two.
 ///
 /// Invariants: no generation is empty; only the last generation may be open; revisions
 /// strictly increase across the whole index. While the key is live, `created` and `version`
@@ -68,7 +71,7 @@ struct Generation {
 /// `ver`), so a put needs no history read to fill them in; otherwise they mean nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KeyIndex {
-    gens: Vec<Generation>,
+    gens: Generations,
     created: i64,
     version: i64,
 }
@@ -208,7 +211,7 @@ impl KeyIndex {
     /// index (`None` if nothing is left) and the revisions whose records must be removed.
     pub fn compact(&self, at: i64) -> (Option<KeyIndex>, Vec<Revision>) {
         let mut removed = Vec::new();
-        let mut gens = Vec::new();
+        let mut gens = Generations::new();
         // The generation holding the newest revision <= at decides what stays.
         let pivot = self.at(at);
         for g in &self.gens {
