@@ -50,6 +50,55 @@ async fn write_through_follower_read_through_another_member() {
     assert_eq!(cluster_ids.len(), 1);
 }
 
+/// A write with none after it reaches the followers' state machines promptly: the leader
+/// holds a commit index that has no entries to ride on for at most 2 ms (decision 0032), not
+/// until the next heartbeat (100 ms). Serializable reads on a follower see what it applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_write_reaches_the_followers_without_waiting_for_a_heartbeat() {
+    let c = Cluster::start(3).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let f1 = other(&[leader]);
+    let f2 = other(&[leader, f1]);
+    let mut w = c.kv(leader).await;
+    let mut followers = [c.kv(f1).await, c.kv(f2).await];
+    let mut lags = Vec::new();
+    for i in 0..15 {
+        let value = format!("v{i}");
+        put(&mut w, "lone", &value).await.unwrap();
+        let acked = std::time::Instant::now();
+        for f in &mut followers {
+            loop {
+                let r = f
+                    .range(RangeRequest {
+                        key: "lone".into(),
+                        serializable: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                if r.kvs.first().map(|kv| kv.value.as_slice()) == Some(value.as_bytes()) {
+                    break;
+                }
+                assert!(
+                    acked.elapsed() < Duration::from_secs(5),
+                    "follower never applied"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        lags.push(acked.elapsed());
+        // Past the hold and any write's trailing commit, so the next write is alone again.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    lags.sort();
+    // Commits carried only by heartbeats would put the median near 50 ms.
+    assert!(
+        lags[lags.len() / 2] < Duration::from_millis(25),
+        "followers applied a lone write after {lags:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kill_new_leader_takes_writes_and_restarted_member_catches_up() {
     let mut c = Cluster::start(3).await;
