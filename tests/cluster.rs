@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{get, put, Cluster};
+use common::{get, put, serializable_get, Cluster};
 use kvd::proto::etcdserverpb::RangeRequest;
 
 fn other(than: &[usize]) -> usize {
@@ -26,16 +26,8 @@ async fn write_through_follower_read_through_another_member() {
     let mut r = c.kv(f2).await;
     assert_eq!(get(&mut r, "foo").await.unwrap().as_deref(), Some("bar"));
     // And a serializable read on the member written through sees it too (read-your-writes).
-    let resp = w
-        .range(RangeRequest {
-            key: "foo".into(),
-            serializable: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(resp.kvs[0].value, b"bar");
+    let kv = serializable_get(&mut w, "foo").await.unwrap();
+    assert_eq!(kv.value, b"bar");
 
     // Headers agree on the cluster id and each names its own member.
     let mut ids = std::collections::BTreeSet::new();
@@ -68,16 +60,8 @@ async fn a_lone_write_reaches_the_followers_without_waiting_for_a_heartbeat() {
         let acked = std::time::Instant::now();
         for f in &mut followers {
             loop {
-                let r = f
-                    .range(RangeRequest {
-                        key: "lone".into(),
-                        serializable: true,
-                        ..Default::default()
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner();
-                if r.kvs.first().map(|kv| kv.value.as_slice()) == Some(value.as_bytes()) {
+                let kv = serializable_get(f, "lone").await;
+                if kv.is_some_and(|kv| kv.value == value.as_bytes()) {
                     break;
                 }
                 assert!(

@@ -123,9 +123,7 @@ impl Eq for dyn KeyProbe + '_ {}
 
 impl Ord for IndexKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.head
-            .cmp(&other.head)
-            .then_with(|| self.bytes.cmp(&other.bytes))
+        compare(self, other)
     }
 }
 

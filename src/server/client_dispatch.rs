@@ -52,7 +52,7 @@ type ServiceFuture =
     <LearnerGuard<KvServer<KvService>> as tower::Service<http::Request<Watched<Body>>>>::Future;
 
 /// The services, by the name a gRPC path starts with.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Service {
     Kv,
     Watch,
@@ -162,26 +162,16 @@ mod tests {
 
     #[test]
     fn services_are_found_by_the_first_path_segment() {
-        assert!(matches!(
-            Service::of("/etcdserverpb.KV/Range"),
-            Some(Service::Kv)
-        ));
-        assert!(matches!(
-            Service::of("/etcdserverpb.KV/NoSuchMethod"),
-            Some(Service::Kv)
-        ));
-        assert!(matches!(
-            Service::of("/v3lockpb.Lock/Lock"),
-            Some(Service::Lock)
-        ));
-        assert!(matches!(
-            Service::of("/v3electionpb.Election/Campaign"),
-            Some(Service::Election)
-        ));
-        assert!(matches!(
-            Service::of("/etcdserverpb.Maintenance/Status"),
-            Some(Service::Maintenance)
-        ));
+        let found = [
+            ("/etcdserverpb.KV/Range", Service::Kv),
+            ("/etcdserverpb.KV/NoSuchMethod", Service::Kv),
+            ("/v3lockpb.Lock/Lock", Service::Lock),
+            ("/v3electionpb.Election/Campaign", Service::Election),
+            ("/etcdserverpb.Maintenance/Status", Service::Maintenance),
+        ];
+        for (path, s) in found {
+            assert_eq!(Service::of(path), Some(s), "{path}");
+        }
         for other in [
             "/v3/kv/range",
             "/metrics",
@@ -192,7 +182,7 @@ mod tests {
             "/",
             "",
         ] {
-            assert!(Service::of(other).is_none(), "{other}");
+            assert_eq!(Service::of(other), None, "{other}");
         }
     }
 }

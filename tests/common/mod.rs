@@ -556,9 +556,12 @@ pub fn initial_cluster_for(resp: &MemberAddResponse, name: &str) -> String {
 
 /// Key `k` as member `i` holds it (a serializable read: no leader needed).
 pub async fn local_get(c: &Cluster, i: usize, k: &str) -> Option<KeyValue> {
-    let r = c
-        .kv(i)
-        .await
+    serializable_get(&mut c.kv(i).await, k).await
+}
+
+/// Key `k` as the member behind `kv` holds it, on a connection the caller keeps.
+pub async fn serializable_get(kv: &mut KvClient<Channel>, k: &str) -> Option<KeyValue> {
+    let r = kv
         .range(RangeRequest {
             key: k.into(),
             serializable: true,
