@@ -1,6 +1,10 @@
-//! The single background thread that owns the segment files.
+//! The segment files and the thread that writes queued batches to them.
 //!
 //! Invariants:
+//! - the segment files are touched only by whoever holds the `Flusher`'s mutex: the flusher
+//!   thread for each batch it takes from the queue, or a caller of `Wal::write_here` that
+//!   found the queue empty and the mutex free (the thread takes a batch only while holding
+//!   the mutex, so no write can overtake one queued before it);
 //! - at most one batch is being written or synced at any time, and a batch is
 //!   fully fdatasynced before the next one is written: this is what lets
 //!   recovery assume only the final batch can be torn;
@@ -19,7 +23,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::format::{self, HEADER_LEN};
@@ -60,42 +64,57 @@ impl Drop for ExitGuard {
     }
 }
 
-impl Flusher {
-    pub fn run(mut self) {
-        let _guard = ExitGuard(self.shared.clone());
-        loop {
-            let (batch, poisoned) = {
-                let mut q = self.shared.lock();
-                while q.pending.is_empty() && !q.closed {
-                    q = self.shared.cv.wait(q).unwrap_or_else(|e| e.into_inner());
-                }
-                if q.pending.is_empty() {
-                    return;
-                }
-                (std::mem::take(&mut q.pending), q.poisoned.clone())
-            };
-            if let Some(reason) = poisoned {
-                for p in batch {
-                    (p.done)(Err(WalError::Poisoned(reason.clone())));
-                }
-                continue;
+/// The flusher thread: waits for submissions and writes them, one batch at a time, holding
+/// `engine` while it takes a batch and writes it (so a caller writing on its own thread,
+/// [`super::Wal::write_here`], is ordered against it).
+pub(crate) fn run(engine: Arc<Mutex<Flusher>>, shared: Arc<Shared>) {
+    let _guard = ExitGuard(shared.clone());
+    loop {
+        {
+            let mut q = shared.lock();
+            while q.pending.is_empty() && !q.closed {
+                q = shared.cv.wait(q).unwrap_or_else(|e| e.into_inner());
             }
-            match self.write_batch(&batch) {
-                Ok(purge_to) => {
-                    for p in batch {
-                        (p.done)(Ok(()));
-                    }
-                    if let Some(idx) = purge_to {
-                        if let Err(e) = self.purge_segments(idx) {
-                            self.poison(&e);
-                        }
+            if q.pending.is_empty() {
+                return;
+            }
+        }
+        let mut f = engine.lock().unwrap_or_else(|e| e.into_inner());
+        let (batch, poisoned) = {
+            let mut q = shared.lock();
+            (std::mem::take(&mut q.pending), q.poisoned.clone())
+        };
+        f.process(batch, poisoned);
+    }
+}
+
+impl Flusher {
+    /// Writes one batch and runs its callbacks (or fails them all if the WAL is poisoned).
+    pub(crate) fn process(&mut self, batch: Vec<Submission>, poisoned: Option<String>) {
+        if batch.is_empty() {
+            return;
+        }
+        if let Some(reason) = poisoned {
+            for p in batch {
+                (p.done)(Err(WalError::Poisoned(reason.clone())));
+            }
+            return;
+        }
+        match self.write_batch(&batch) {
+            Ok(purge_to) => {
+                for p in batch {
+                    (p.done)(Ok(()));
+                }
+                if let Some(idx) = purge_to {
+                    if let Err(e) = self.purge_segments(idx) {
+                        self.poison(&e);
                     }
                 }
-                Err(e) => {
-                    self.poison(&e);
-                    for p in batch {
-                        (p.done)(Err(e.duplicate()));
-                    }
+            }
+            Err(e) => {
+                self.poison(&e);
+                for p in batch {
+                    (p.done)(Err(e.duplicate()));
                 }
             }
         }

@@ -112,6 +112,8 @@ mod recovery;
 pub mod simfs;
 
 #[cfg(test)]
+mod in_place_tests;
+#[cfg(test)]
 mod reserve_tests;
 #[cfg(test)]
 mod tests;
@@ -281,6 +283,8 @@ struct Stats {
     bytes: AtomicU64,
     batches: AtomicU64,
     fsync_nanos: AtomicU64,
+    /// The duration of the latest fsync ([`Wal::last_fsync`]).
+    last_fsync_nanos: AtomicU64,
     buckets: [AtomicU64; 14],
     /// The last minute's fsync latencies, for `endpoint status` (the buckets above are
     /// totals since start, for Prometheus).
@@ -293,6 +297,8 @@ impl Stats {
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.fsync_nanos
             .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.last_fsync_nanos
+            .store(d.as_nanos() as u64, Ordering::Relaxed);
         let secs = d.as_secs_f64();
         for (b, bound) in self.buckets.iter().zip(FSYNC_BUCKETS) {
             if secs <= bound {
@@ -354,6 +360,8 @@ impl Shared {
 
 struct Inner {
     shared: Arc<Shared>,
+    /// The segment files and what the flusher knows; held while a batch is written.
+    engine: Arc<Mutex<flusher::Flusher>>,
     /// For reading entries back ([`Wal::read_entries`]).
     fs: Arc<dyn WalFs>,
     dir: PathBuf,
@@ -448,11 +456,16 @@ impl Wal {
             shared: shared.clone(),
             buf: Vec::new(),
         };
-        let handle = std::thread::Builder::new()
-            .name("kvd-wal-flusher".into())
-            .spawn(move || flusher.run())?;
+        let engine = Arc::new(Mutex::new(flusher));
+        let handle = {
+            let (engine, shared) = (engine.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name("kvd-wal-flusher".into())
+                .spawn(move || flusher::run(engine, shared))?
+        };
         let inner = Inner {
             shared,
+            engine,
             fs,
             dir: dir.to_path_buf(),
             thread_id: handle.thread().id(),
@@ -499,6 +512,35 @@ impl Wal {
                 done(Err(e));
             }
         }
+    }
+
+    /// Writes and syncs `records` on the calling thread if the WAL is idle (nothing queued,
+    /// no batch being written), then calls `done` here; otherwise queues them as
+    /// [`submit`](Self::submit) does. Saves the two thread hand-offs of a queued write at the
+    /// price of blocking the caller for the write and its fdatasync.
+    pub fn write_here(&self, records: Vec<Record>, done: WalCallback) {
+        let shared = &self.inner.shared;
+        let idle = {
+            let q = shared.lock();
+            if q.pending.is_empty() && !q.closed && q.poisoned.is_none() {
+                self.inner.engine.try_lock().ok()
+            } else {
+                None
+            }
+        };
+        let Some(mut engine) = idle else {
+            return self.submit(records, done);
+        };
+        if let Some(len) = records
+            .iter()
+            .map(format::payload_len)
+            .find(|l| *l > format::MAX_PAYLOAD)
+        {
+            drop(engine);
+            done(Err(WalError::RecordTooLarge { len }));
+            return;
+        }
+        engine.process(vec![Submission { records, done }], None);
     }
 
     /// Submits and blocks until the records are durable.
@@ -587,6 +629,17 @@ impl Wal {
 
     pub fn stats(&self) -> WalStats {
         self.inner.shared.stats.snapshot()
+    }
+
+    /// How long the latest batch fdatasync took (zero before the first).
+    pub fn last_fsync(&self) -> Duration {
+        Duration::from_nanos(
+            self.inner
+                .shared
+                .stats
+                .last_fsync_nanos
+                .load(Ordering::Relaxed),
+        )
     }
 
     /// Batch fdatasyncs of the last [`crate::metrics::WINDOW_SECS`] seconds.

@@ -718,7 +718,13 @@ fn power_loss_run(seed: u64, cov: &mut Coverage, unsafe_no_fsync: bool) -> Resul
             history.extend(recs.iter().cloned());
             let end = history.len();
             let tx = tx.clone();
-            wal.submit(recs, Box::new(move |r| tx.send((end, r.is_ok())).unwrap()));
+            let done: WalCallback = Box::new(move |r| tx.send((end, r.is_ok())).unwrap());
+            // Some written in place by this thread, when the flusher is idle (decision 0034).
+            if rng.gen_bool(0.3) {
+                wal.write_here(recs, done);
+            } else {
+                wal.submit(recs, done);
+            }
             outstanding += 1;
             if rng.gen_bool(0.3) {
                 for _ in 0..outstanding {
