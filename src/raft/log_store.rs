@@ -18,6 +18,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use openraft::entry::RaftEntry;
@@ -25,6 +26,7 @@ use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
 use super::error::StoreError;
+use super::in_place::InPlace;
 use super::limits::LOG_CACHE_BYTES;
 use super::types::{Entry, LogId, TypeConfig, Vote};
 use crate::wal::{Record, Wal, WalBackend};
@@ -44,6 +46,8 @@ struct LogState_ {
     /// True when `committed` changed since it was last written to the WAL.
     committed_dirty: bool,
     purged: Option<LogId>,
+    /// Whether an append is written on the caller's thread (decision 0034).
+    in_place: InPlace,
 }
 
 impl Default for LogState_ {
@@ -58,6 +62,7 @@ impl Default for LogState_ {
             committed: None,
             committed_dirty: false,
             purged: None,
+            in_place: InPlace::default(),
         }
     }
 }
@@ -220,6 +225,12 @@ impl LogStore {
             state: Arc::new(Mutex::new(st)),
             wal: Arc::new(wal),
         })
+    }
+
+    /// The switch that lets appends be written on openraft's thread while this member
+    /// follows ([`super::in_place::track_role`] keeps it).
+    pub fn following(&self) -> Arc<AtomicBool> {
+        self.state.lock().unwrap().in_place.following()
     }
 
     /// Keeps about `bytes` of the newest entries in memory (`--experimental-raft-log-cache-
@@ -391,28 +402,35 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut records = Vec::new();
-        {
-            let mut st = self.state.lock().unwrap();
-            records.extend(st.take_committed());
-            let mut newest = 0;
-            for e in entries {
-                newest = e.index();
-                records.push(Record::Entry {
-                    index: e.index(),
-                    data: encode(&e),
-                });
-                st.insert(e);
-            }
-            // Once these entries are durable they may leave memory (the WAL holds them).
-            let state = Arc::downgrade(&self.state);
-            let done = move |res: Result<(), crate::wal::WalError>| {
-                if res.is_ok() {
-                    if let Some(state) = state.upgrade() {
-                        state.lock().unwrap().evict(newest);
-                    }
+        let mut st = self.state.lock().unwrap();
+        records.extend(st.take_committed());
+        let mut newest = 0;
+        let mut n = 0;
+        for e in entries {
+            n += 1;
+            newest = e.index();
+            records.push(Record::Entry {
+                index: e.index(),
+                data: encode(&e),
+            });
+            st.insert(e);
+        }
+        // Once these entries are durable they may leave memory (the WAL holds them).
+        let state = Arc::downgrade(&self.state);
+        let done = move |res: Result<(), crate::wal::WalError>| {
+            if res.is_ok() {
+                if let Some(state) = state.upgrade() {
+                    state.lock().unwrap().evict(newest);
                 }
-                callback.io_completed(res.map_err(io_err));
-            };
+            }
+            callback.io_completed(res.map_err(io_err));
+        };
+        if st.in_place.choose(n, self.wal.last_fsync()) {
+            // `done` may run on this thread: the lock must be free. openraft makes one call
+            // at a time, so the WAL still gets the records in log order.
+            drop(st);
+            self.wal.write_here(records, Box::new(done));
+        } else {
             // Submitting under the lock keeps WAL order equal to in-memory order even if two
             // appends raced (openraft serializes them, this is belt and braces). `done` takes
             // the lock only on success, which `submit` never reports on this thread.

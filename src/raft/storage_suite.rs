@@ -8,9 +8,13 @@ use super::log_store::LogStore;
 use super::state_machine::StateMachine;
 use super::types::TypeConfig;
 
-/// `Some(n)`: the log store keeps only `n` bytes of entries in memory, so the suite reads
-/// almost every entry back from the WAL.
-struct Builder(Option<usize>);
+/// `cache: Some(n)`: the log store keeps only `n` bytes of entries in memory, so the suite
+/// reads almost every entry back from the WAL. `following`: appends may be written in place
+/// (decision 0034), as on a follower.
+struct Builder {
+    cache: Option<usize>,
+    following: bool,
+}
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
     async fn build(
@@ -18,9 +22,11 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
         let d = tempfile::tempdir().expect("tempdir");
         let log = LogStore::open(&d.path().join("wal")).expect("open log store");
-        if let Some(n) = self.0 {
+        if let Some(n) = self.cache {
             log.set_cache_bytes(n);
         }
+        log.following()
+            .store(self.following, std::sync::atomic::Ordering::Relaxed);
         let sm = StateMachine::open(&d.path().join("sm")).expect("open state machine");
         Ok((d, log, sm))
     }
@@ -28,12 +34,30 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Bui
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openraft_storage_suite() {
-    Suite::test_all(Builder(None)).await.expect("storage suite");
+    Suite::test_all(Builder {
+        cache: None,
+        following: false,
+    })
+    .await
+    .expect("storage suite");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openraft_storage_suite_reading_entries_back_from_the_wal() {
-    Suite::test_all(Builder(Some(0)))
-        .await
-        .expect("storage suite");
+    Suite::test_all(Builder {
+        cache: Some(0),
+        following: false,
+    })
+    .await
+    .expect("storage suite");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_writing_appends_in_place() {
+    Suite::test_all(Builder {
+        cache: None,
+        following: true,
+    })
+    .await
+    .expect("storage suite");
 }

@@ -168,6 +168,7 @@ pub async fn start_raft(
     )
     .await
     .map_err(ServerError::RaftStart)?;
+    crate::raft::in_place::track_role(&raft, log.following());
     let node = RaftNode {
         id: member.ident.member_id,
         raft: raft.clone(),
