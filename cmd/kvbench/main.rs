@@ -148,7 +148,18 @@ fn main() {
     let res = match cli.cmd {
         Cmd::Fsync { dir, count, size } => fsync::run(&dir, count, size, cli.global.json),
         cmd => {
-            let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+            // One client's requests form a chain: a second thread only adds a hand-off per
+            // request (a wake-up of the other worker) to what is measured, and takes CPU from
+            // the members (docs/benchmarks.md, "A follower writes in place").
+            let one = cli.global.clients == 1 && !matches!(cmd, Cmd::WatchLatency(_));
+            let rt = if one {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+            } else {
+                tokio::runtime::Runtime::new()
+            }
+            .expect("tokio runtime");
             rt.block_on(run_net(cli.global, cmd))
         }
     };
