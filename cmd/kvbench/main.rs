@@ -157,7 +157,7 @@ fn main() {
                     .enable_all()
                     .build()
             } else {
-                tokio::runtime::Runtime::new()
+                many_clients_runtime()
             }
             .expect("tokio runtime");
             rt.block_on(run_net(cli.global, cmd))
@@ -167,6 +167,25 @@ fn main() {
         eprintln!("kvbench: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// Many clients share each connection. With tokio's LIFO slot, a client task that queues a
+/// request wakes its connection's task, which then runs at once and writes that one request:
+/// a write syscall per request, the largest part of the tool's CPU. Without the slot the
+/// clients woken together all queue theirs first and the connection writes them in one call
+/// (as kvd does for its responses, docs/decisions/0006-tokio-lifo-slot-off.md).
+/// `KVBENCH_TOKIO_LIFO_SLOT=on` keeps the slot, for A/B runs.
+fn many_clients_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all();
+    let lifo = std::env::var("KVBENCH_TOKIO_LIFO_SLOT").is_ok_and(|v| v == "on");
+    #[cfg(tokio_unstable)]
+    if !lifo {
+        b.disable_lifo_slot();
+    }
+    #[cfg(not(tokio_unstable))]
+    let _ = lifo;
+    b.build()
 }
 
 async fn run_net(g: Global, cmd: Cmd) -> anyhow::Result<()> {
