@@ -734,10 +734,15 @@ async fn whole_node_check_catches_acks_without_fsync() {
     eprintln!("powerloss (no fsync): seed {seed}: {report:?}: {res:?}");
     let e = res
         .expect_err("a cluster that never fsyncs lost nothing after 3 whole-cluster power losses");
-    // Caught either way: writes the clients were told about are gone, or the members find
-    // garbage where acknowledged records should be and refuse to start (naming file and offset).
+    // Caught in any of three ways: writes the clients were told about are gone; the members
+    // find garbage where acknowledged records should be and refuse to start (naming file and
+    // offset); or a member's log kept a purge record that was never synced while its state
+    // machine (never flushed, so wiped) is empty, and openraft refuses to start it because the
+    // entries it would re-apply are purged (seen once in a full `cargo test`, timing-dependent).
     assert!(
-        e.contains("lost acknowledged write") || e.contains("wal corrupt"),
+        e.contains("lost acknowledged write")
+            || e.contains("wal corrupt")
+            || e.contains("Cannot re-apply logs"),
         "seed {seed}: {e}"
     );
 }
