@@ -148,14 +148,14 @@ fn main() {
     let res = match cli.cmd {
         Cmd::Fsync { dir, count, size } => fsync::run(&dir, count, size, cli.global.json),
         cmd => {
-            // One client's requests form a chain: a second thread only adds a hand-off per
-            // request (a wake-up of the other worker) to what is measured, and takes CPU from
-            // the members (docs/benchmarks.md, "A follower writes in place").
             let watch = matches!(cmd, Cmd::WatchLatency(_));
             let rt = if watch {
                 // Its latencies were measured on tokio's defaults; kept comparable.
                 tokio::runtime::Runtime::new()
             } else if cli.global.clients == 1 {
+                // One client's requests form a chain: a second thread only adds a hand-off
+                // per request (a wake-up of the other worker) to what is measured, and takes
+                // CPU from the members (docs/benchmarks.md, "A follower writes in place").
                 tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -172,12 +172,13 @@ fn main() {
     }
 }
 
-/// Many clients (put, txn-put, range) share each connection. With tokio's LIFO slot, a client task that queues a
-/// request wakes its connection's task, which then runs at once and writes that one request:
-/// a write syscall per request, the largest part of the tool's CPU. Without the slot the
-/// clients woken together all queue theirs first and the connection writes them in one call
-/// (as kvd does for its responses, docs/decisions/0006-tokio-lifo-slot-off.md).
-/// `KVBENCH_TOKIO_LIFO_SLOT=on` keeps the slot, for A/B runs.
+/// Many clients (put, txn-put, range) share each connection. With tokio's LIFO slot, a client
+/// task that queues a request wakes its connection's task, which then runs at once and writes
+/// that one request: a write syscall per request, the largest part of the tool's CPU. Without
+/// the slot the clients woken together all queue theirs first and the connection writes them
+/// in one call (as kvd does for its responses, docs/decisions/0006-tokio-lifo-slot-off.md;
+/// this needs kvd's copy of h2 too, decision 0035). `KVBENCH_TOKIO_LIFO_SLOT=on` keeps the
+/// slot, for A/B runs.
 fn many_clients_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut b = tokio::runtime::Builder::new_multi_thread();
     b.enable_all();
