@@ -370,86 +370,82 @@ impl ChunkIter {
         }
     }
 
-    /// Yields `r` from the front if it lies within the bounds, and narrows them past it.
-    fn take_front(&mut self, r: (IVec, IVec)) -> Option<(IVec, IVec)> {
-        if self.above_lo(&r.0) && self.below_hi(&r.0) {
-            self.lo = Excluded(r.0.clone());
-            Some(r)
-        } else {
-            None
+    /// Yields `r` at `end` if it lies within the bounds, and narrows that end's bound past it.
+    fn take(&mut self, end: End, r: (IVec, IVec)) -> Option<(IVec, IVec)> {
+        if !(self.above_lo(&r.0) && self.below_hi(&r.0)) {
+            return None;
         }
+        let bound = Excluded(r.0.clone());
+        match end {
+            End::Front => self.lo = bound,
+            End::Back => self.hi = bound,
+        }
+        Some(r)
     }
 
-    fn take_back(&mut self, r: (IVec, IVec)) -> Option<(IVec, IVec)> {
-        if self.above_lo(&r.0) && self.below_hi(&r.0) {
-            self.hi = Excluded(r.0.clone());
-            Some(r)
-        } else {
-            None
+    /// The next record from `end`: from that end's buffer, refilled from the next chunk at
+    /// that end; once the chunks are used up, what is left sits in the other end's buffer.
+    #[inline]
+    fn step(&mut self, end: End) -> Option<Result<(IVec, IVec), MvccError>> {
+        if let Some(e) = self.failed.take() {
+            return Some(Err(e));
+        }
+        loop {
+            let buffered = match end {
+                End::Front => self.front.next(),
+                End::Back => self.back.next_back(),
+            };
+            if let Some(r) = buffered {
+                if let Some(r) = self.take(end, r) {
+                    return Some(Ok(r));
+                }
+                continue;
+            }
+            let chunk = match end {
+                End::Front => self.chunks.next(),
+                End::Back => self.chunks.next_back(),
+            };
+            match chunk {
+                Some(Ok((ck, chunk))) => match records(&ck, &chunk) {
+                    Ok(rs) => match end {
+                        End::Front => self.front = rs.into_iter(),
+                        End::Back => self.back = rs.into_iter(),
+                    },
+                    Err(e) => return Some(Err(e)),
+                },
+                Some(Err(e)) => return Some(Err(e.into())),
+                None => break,
+            }
+        }
+        loop {
+            let r = match end {
+                End::Front => self.back.next(),
+                End::Back => self.front.next_back(),
+            }?;
+            if let Some(r) = self.take(end, r) {
+                return Some(Ok(r));
+            }
         }
     }
+}
+
+/// Which end of a [`ChunkIter`] a step takes from.
+#[derive(Clone, Copy)]
+enum End {
+    Front,
+    Back,
 }
 
 impl Iterator for ChunkIter {
     type Item = Result<(IVec, IVec), MvccError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if let Some(e) = self.failed.take() {
-            return Some(Err(e));
-        }
-        loop {
-            if let Some(r) = self.front.next() {
-                if let Some(r) = self.take_front(r) {
-                    return Some(Ok(r));
-                }
-                continue;
-            }
-            match self.chunks.next() {
-                Some(Ok((ck, chunk))) => match records(&ck, &chunk) {
-                    Ok(rs) => self.front = rs.into_iter(),
-                    Err(e) => return Some(Err(e)),
-                },
-                Some(Err(e)) => return Some(Err(e.into())),
-                None => break,
-            }
-        }
-        // The chunks are used up: what is left sits in the back buffer.
-        while let Some(r) = self.back.next() {
-            if let Some(r) = self.take_front(r) {
-                return Some(Ok(r));
-            }
-        }
-        None
+        self.step(End::Front)
     }
 }
 
 impl DoubleEndedIterator for ChunkIter {
     fn next_back(&mut self) -> Option<Self::Item> {
-        if let Some(e) = self.failed.take() {
-            return Some(Err(e));
-        }
-        loop {
-            if let Some(r) = self.back.next_back() {
-                if let Some(r) = self.take_back(r) {
-                    return Some(Ok(r));
-                }
-                continue;
-            }
-            match self.chunks.next_back() {
-                Some(Ok((ck, chunk))) => match records(&ck, &chunk) {
-                    Ok(rs) => self.back = rs.into_iter(),
-                    Err(e) => return Some(Err(e)),
-                },
-                Some(Err(e)) => return Some(Err(e.into())),
-                None => break,
-            }
-        }
-        // The chunks are used up: what is left sits in the front buffer.
-        while let Some(r) = self.front.next_back() {
-            if let Some(r) = self.take_back(r) {
-                return Some(Ok(r));
-            }
-        }
-        None
+        self.step(End::Back)
     }
 }
