@@ -96,11 +96,6 @@ pub fn to_etcd<'a>(meta: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Etcd
 
 /// The auth meta entries (key, value) from etcd's buckets, checked (see the module doc).
 pub fn from_etcd(b: &EtcdAuth) -> Result<Pairs, BadAuthRecord> {
-    let bad = |bucket: &'static str, key: &[u8], reason: &'static str| BadAuthRecord {
-        bucket,
-        key: String::from_utf8_lossy(key).into_owned(),
-        reason,
-    };
     let mut out = Vec::new();
     for (k, v) in &b.auth {
         if k == ENABLED_KEY {
@@ -115,21 +110,36 @@ pub fn from_etcd(b: &EtcdAuth) -> Result<Pairs, BadAuthRecord> {
             out.push((META_REVISION.as_bytes().to_vec(), v.clone()));
         }
     }
-    for (k, v) in &b.users {
-        let u = User::decode(v.as_slice()).map_err(|_| bad("authUsers", k, "not a user"))?;
-        if u.name != *k {
-            return Err(bad("authUsers", k, "the user's name is not its key"));
-        }
-        out.push(([META_USER.as_bytes(), k].concat(), v.clone()));
-    }
-    for (k, v) in &b.roles {
-        let r = Role::decode(v.as_slice()).map_err(|_| bad("authRoles", k, "not a role"))?;
-        if r.name != *k {
-            return Err(bad("authRoles", k, "the role's name is not its key"));
-        }
-        out.push(([META_ROLE.as_bytes(), k].concat(), v.clone()));
-    }
+    named::<User>(&b.users, "authUsers", META_USER, |u| &u.name, &mut out)?;
+    named::<Role>(&b.roles, "authRoles", META_ROLE, |r| &r.name, &mut out)?;
     Ok(out)
+}
+
+/// Checks the records of a bucket of named messages (users, roles): each must decode as `M`
+/// and carry its key as its name. Appends them to `out` under `prefix`.
+fn named<M: Message + Default>(
+    records: &Pairs,
+    bucket: &'static str,
+    prefix: &str,
+    name: impl Fn(&M) -> &[u8],
+    out: &mut Pairs,
+) -> Result<(), BadAuthRecord> {
+    for (k, v) in records {
+        let m = M::decode(v.as_slice()).map_err(|_| bad(bucket, k, "does not decode"))?;
+        if name(&m) != k.as_slice() {
+            return Err(bad(bucket, k, "its name is not its key"));
+        }
+        out.push(([prefix.as_bytes(), k].concat(), v.clone()));
+    }
+    Ok(())
+}
+
+fn bad(bucket: &'static str, key: &[u8], reason: &'static str) -> BadAuthRecord {
+    BadAuthRecord {
+        bucket,
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason,
+    }
 }
 
 #[cfg(test)]
@@ -203,13 +213,15 @@ mod tests {
         let good = to_etcd(meta().iter().map(|(k, v)| (&k[..], &v[..])));
         let mut b = good.clone();
         b.users[0].0 = b"bob".to_vec();
+        let e = from_etcd(&b).unwrap_err();
         assert_eq!(
-            from_etcd(&b).unwrap_err().reason,
-            "the user's name is not its key"
+            (e.bucket, e.reason),
+            ("authUsers", "its name is not its key")
         );
         let mut b = good.clone();
         b.roles[0].1 = vec![0xff, 0xff];
-        assert_eq!(from_etcd(&b).unwrap_err().reason, "not a role");
+        let e = from_etcd(&b).unwrap_err();
+        assert_eq!((e.bucket, e.reason), ("authRoles", "does not decode"));
         let mut b = good.clone();
         b.auth[0].1 = vec![2];
         assert_eq!(from_etcd(&b).unwrap_err().bucket, "auth");
