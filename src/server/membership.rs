@@ -49,6 +49,7 @@ use openraft::{ChangeMembers, Precondition};
 use tokio::sync::OwnedMutexGuard;
 
 use super::error::ApiError;
+use super::reconfig_check::{admit_learner, admit_voters, quorum, Voter};
 use crate::proto::etcdserverpb::{
     Member as EtcdMember, MemberAddRequest, MemberAddResponse, MemberPromoteRequest,
     MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
@@ -82,10 +83,6 @@ pub struct Reconfig {
     pub token: String,
     /// Held while a change is checked and proposed, and until an added voter's entry commits.
     lock: Arc<tokio::sync::Mutex<()>>,
-}
-
-fn quorum(n: usize) -> usize {
-    n / 2 + 1
 }
 
 /// etcd's member list for a membership config: published name and client URLs come from the
@@ -264,53 +261,42 @@ impl Reconfig {
     }
 
     /// The strict reconfiguration check for a voter set about to take effect. `joining` is a
-    /// member of `voters` that is not a voter yet: it counts as started only if `joining_started`.
+    /// member of `voters` that is not a voter yet, and whether it has started.
     fn check_quorum(
         &self,
         voters: &BTreeSet<NodeId>,
         joining: Option<(NodeId, bool)>,
     ) -> Result<(), ApiError> {
-        let (started, active) = self.count(voters, joining)?;
-        let n = voters.len();
-        // etcd lets a one-member cluster grow to two (restoring a cluster from one member).
-        let growing_from_one = n == 2 && started == 1 && joining.is_some();
-        if started < quorum(n) && !growing_from_one {
-            return Err(ApiError::NotEnoughStartedMembers);
-        }
-        if active < quorum(n) && !growing_from_one {
-            return Err(ApiError::Unhealthy);
-        }
-        Ok(())
+        admit_voters(&self.voter_states(voters, joining)?, joining.is_some())
     }
 
-    /// etcd's check before adding a learner: only that the voters are connected. A learner
-    /// takes no part in quorum, so whether they have started (published) does not matter.
+    /// etcd's check before adding a learner (see [`admit_learner`]).
     fn check_connected(&self, voters: &BTreeSet<NodeId>) -> Result<(), ApiError> {
-        let (_, active) = self.count(voters, None)?;
-        if active < quorum(voters.len()) {
-            return Err(ApiError::Unhealthy);
-        }
-        Ok(())
+        admit_learner(&self.voter_states(voters, None)?)
     }
 
-    /// How many of `voters` have started and how many are active (see [`Self::check_quorum`]
-    /// for `joining`).
-    fn count(
+    /// What the checks know of each of `voters` (see [`Self::check_quorum`] for `joining`: it
+    /// counts as active only if it has started).
+    fn voter_states(
         &self,
         voters: &BTreeSet<NodeId>,
         joining: Option<(NodeId, bool)>,
-    ) -> Result<(usize, usize), ApiError> {
-        let mut started = 0;
-        let mut active = 0;
-        for v in voters {
-            let (s, a) = match joining {
-                Some((j, s)) if j == *v => (s, s && self.active(j)),
-                _ => (self.started(*v)?, self.active(*v)),
-            };
-            started += usize::from(s);
-            active += usize::from(a);
-        }
-        Ok((started, active))
+    ) -> Result<Vec<Voter>, ApiError> {
+        voters
+            .iter()
+            .map(|v| {
+                Ok(match joining {
+                    Some((j, s)) if j == *v => Voter {
+                        started: s,
+                        active: s && self.active(j),
+                    },
+                    _ => Voter {
+                        started: self.started(*v)?,
+                        active: self.active(*v),
+                    },
+                })
+            })
+            .collect()
     }
 
     fn header_members(&self, m: Option<&Membership>) -> Result<Vec<EtcdMember>, ApiError> {

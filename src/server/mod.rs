@@ -41,6 +41,7 @@ pub mod membership;
 pub mod observe;
 pub mod oversize;
 pub mod quota;
+mod reconfig_check;
 pub mod tls;
 pub mod watch_hub;
 pub mod watches;
