@@ -57,8 +57,12 @@ impl InPlace {
 }
 
 /// Keeps `following` true while `raft` is a follower or learner, for as long as it runs.
+///
+/// It watches openraft's server metrics, which change with the role, the vote, the leader or
+/// the membership: the full metrics are sent again on every turn of openraft's core loop
+/// (several times a write), and each send would wake this task.
 pub fn track_role(raft: &Raft, following: Arc<AtomicBool>) {
-    let mut rx = raft.metrics();
+    let mut rx = raft.server_metrics();
     tokio::spawn(async move {
         loop {
             let s = rx.borrow_watched().state;
