@@ -97,19 +97,36 @@ async fn serve(listener: TcpListener, bodies: tokio::sync::mpsc::UnboundedSender
     }
 }
 
+/// A loopback connection to a fresh [`serve`], and the channel its bodies arrive on.
+async fn connect() -> (TcpStream, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(serve(listener, tx));
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    tcp.set_nodelay(true).expect("nodelay");
+    (tcp, rx)
+}
+
+/// An h2 client over `io`, ready to send, its connection driven by a task of its own.
+async fn client<T>(io: T) -> h2::client::SendRequest<Bytes>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, conn) = h2::client::handshake(io).await.expect("client handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client.ready().await.expect("ready")
+}
+
 const STREAMS: usize = 64;
 /// A put of an 8-byte key and a 256-byte value, framed for gRPC, is about this size.
 const PAYLOAD: usize = 300;
 
 #[tokio::test]
 async fn many_small_data_frames_go_out_in_a_few_writes() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(serve(listener, tx));
-
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    tcp.set_nodelay(true).expect("nodelay");
+    let (tcp, mut rx) = connect().await;
     assert!(
         tcp.is_write_vectored(),
         "a TCP stream takes vectored writes"
@@ -119,11 +136,7 @@ async fn many_small_data_frames_go_out_in_a_few_writes() {
         inner: tcp,
         writes: writes.clone(),
     };
-    let (client, conn) = h2::client::handshake(io).await.expect("client handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let mut client = client.ready().await.expect("ready");
+    let mut client = client(io).await;
     // Let the connection settle (preface, both SETTINGS and their acks) before counting.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = writes.load(Ordering::Relaxed);
@@ -163,17 +176,8 @@ async fn many_small_data_frames_go_out_in_a_few_writes() {
 /// and chained frames share the write buffer: every body arrives whole and unchanged.
 #[tokio::test]
 async fn payloads_around_the_copy_limit_arrive_intact() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(serve(listener, tx));
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    tcp.set_nodelay(true).expect("nodelay");
-    let (client, conn) = h2::client::handshake(tcp).await.expect("client handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let mut client = client.ready().await.expect("ready");
+    let (tcp, mut rx) = connect().await;
+    let mut client = client(tcp).await;
 
     let sizes = [
         300, 4095, 4096, 4097, 300, 6000, 16_384, 300, 40_000, 12_000,
