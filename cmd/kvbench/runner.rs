@@ -33,6 +33,18 @@ pub struct RunResult {
     pub elapsed: Duration,
 }
 
+/// Writes `(start us, latency us)` pairs, sorted by start, one per line.
+fn write_log(path: &std::path::Path, mut log: Vec<(u64, u64)>) -> anyhow::Result<()> {
+    use std::io::Write;
+    log.sort_unstable();
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (start, us) in log {
+        writeln!(w, "{start}\t{us}")?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
 pub async fn run(g: &Global, channels: Vec<Channel>, op: Op) -> anyhow::Result<RunResult> {
     let op = Arc::new(op);
     let next = Arc::new(AtomicU64::new(0));
@@ -56,8 +68,10 @@ pub async fn run(g: &Global, channels: Vec<Channel>, op: Op) -> anyhow::Result<R
             .max_decoding_message_size(usize::MAX);
         let (op, next, pb) = (op.clone(), next.clone(), pb.clone());
         let (total, rate) = (g.total, g.rate);
+        let logging = g.latency_log.is_some();
         tasks.push(tokio::spawn(async move {
             let mut hist = new_histogram();
+            let mut log = Vec::new();
             let mut errors = 0u64;
             let mut samples = Vec::new();
             loop {
@@ -76,6 +90,9 @@ pub async fn run(g: &Global, channels: Vec<Channel>, op: Op) -> anyhow::Result<R
                     Ok(Ok(())) => {
                         let us = t0.elapsed().as_micros().max(1) as u64;
                         hist.saturating_record(us);
+                        if logging {
+                            log.push(((t0 - start).as_micros() as u64, us));
+                        }
                     }
                     Ok(Err(s)) => {
                         note_error(&mut errors, &mut samples, || {
@@ -90,15 +107,17 @@ pub async fn run(g: &Global, channels: Vec<Channel>, op: Op) -> anyhow::Result<R
                 }
                 pb.inc(1);
             }
-            (hist, errors, samples)
+            (hist, errors, samples, log)
         }));
     }
     let mut hist = new_histogram();
     let mut errors = 0;
     let mut error_samples: Vec<String> = Vec::new();
+    let mut log = Vec::new();
     for t in tasks {
-        let (h, e, s) = t.await?;
+        let (h, e, s, l) = t.await?;
         hist.add(&h)?;
+        log.extend(l);
         errors += e;
         for m in s {
             if error_samples.len() < 5 && !error_samples.contains(&m) {
@@ -108,10 +127,34 @@ pub async fn run(g: &Global, channels: Vec<Channel>, op: Op) -> anyhow::Result<R
     }
     let elapsed = start.elapsed();
     pb.finish_and_clear();
+    if let Some(path) = &g.latency_log {
+        write_log(path, log)?;
+    }
     Ok(RunResult {
         hist,
         errors,
         error_samples,
         elapsed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latency_log_is_in_start_order_one_request_a_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lat");
+        // As merged from two clients: each in order, the two interleaved.
+        write_log(
+            &path,
+            vec![(10, 700), (900, 650), (400, 2_500), (1_500, 800)],
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "10\t700\n400\t2500\n900\t650\n1500\t800\n"
+        );
+    }
 }
