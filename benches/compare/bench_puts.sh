@@ -14,7 +14,9 @@
 #                 forwards each put to the leader and answers once it has applied it)
 #        KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/)
 # Output: raw.tsv (system, round, test, qps, p50, p99, errors, leader fsyncs per put, CPU us of
-#         the three members per put) and the medians table on stdout.
+#         the three members per put) and the medians table on stdout; for 1 client, each run's
+#         latency log (SYS-rROUND-put-1.lat: start and latency in us per put) and the share of
+#         puts over 1, 2, 3 and 5 ms per system, all rounds pooled (where the tail starts).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -51,8 +53,10 @@ bench() {
   local f0 c0 f1 c1 j="$OUT/$sys-r$round-put-$c.json"
   f0=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
   c0=$(cpu_ticks "$sys")
-  "$KVBENCH_BIN" --endpoints "$ep" --json put "${KEYS[@]}" --clients "$c" --conns "$conns" \
-    --total "$n" >"$j"
+  local log=()
+  ((c == 1)) && log=(--latency-log "$OUT/$sys-r$round-put-1.lat")
+  "$KVBENCH_BIN" --endpoints "$ep" --json "${log[@]}" put "${KEYS[@]}" --clients "$c" \
+    --conns "$conns" --total "$n" >"$j"
   c1=$(cpu_ticks "$sys")
   f1=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
   python3 - "$j" "$sys" "$round" "put-$c" "$f0" "$f1" "$((c1 - c0))" "$(getconf CLK_TCK)" \
@@ -117,3 +121,18 @@ for t in tests:
         rq, r99, rc = (f"{med(s, t, k) / med(base, t, k):.2f}" for k in (0, 2, 5))
         print(f"| {t} | {s} | {q:.0f} | {p50:.2f} | {p99:.2f} | {err} | {fpw:.3f} | {cpu:.0f} | {rq} | {r99} | {rc} |")
 PY
+
+if [[ " $CLIENTS " == *" 1 "* ]]; then
+  python3 - "$OUT" "${names[@]}" <<'PY'
+import glob, sys
+out, names = sys.argv[1], sys.argv[2:]
+print("\n1 client, share of puts slower than (all rounds):\n")
+print("| system | puts | > 1 ms | > 2 ms | > 3 ms | > 5 ms |")
+print("|---|---:|---:|---:|---:|---:|")
+for s in names:
+    lat = [int(l.split()[1]) for f in sorted(glob.glob(f"{out}/{s}-r*-put-1.lat")) for l in open(f)]
+    if lat:
+        shares = (f"{100 * sum(x > ms * 1000 for x in lat) / len(lat):.2f}%" for ms in (1, 2, 3, 5))
+        print(f"| {s} | {len(lat)} | " + " | ".join(shares) + " |")
+PY
+fi
