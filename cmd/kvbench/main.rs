@@ -73,9 +73,10 @@ pub struct Global {
     /// Client certificate's key.
     #[arg(long, global = true, requires = "cert")]
     pub key: Option<std::path::PathBuf>,
-    /// Also write every successful request to this file, in the order they started: its start
-    /// (microseconds since the run began) and its latency (microseconds), tab-separated. For
-    /// finding when the slow ones happen; the summary is the same either way.
+    /// put, range, txn-put: also write every successful request to this file, in the order
+    /// they started: its start (microseconds since the run began) and its latency
+    /// (microseconds), tab-separated. For finding when the slow ones happen; the summary is the
+    /// same either way.
     #[arg(long, global = true)]
     pub latency_log: Option<std::path::PathBuf>,
 }
