@@ -80,3 +80,67 @@ async fn sequential_puts_cost_one_fsync_per_member_and_health_is_served() {
         assert_eq!(body, r#"{"health":"true"}"#);
     }
 }
+
+/// Writes through a follower under concurrency go to the leader in batches (fewer calls than
+/// writes), and each client still gets its own write's answer: every put asks for its key's
+/// previous value, and each answer names the value that same client wrote before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_through_a_follower_are_batched_and_answered_each_their_own() {
+    use kvd::proto::etcdserverpb::PutRequest;
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let c = Cluster::start_custom(3, false, |i| {
+        vec![format!(
+            "--listen-metrics-urls=http://127.0.0.1:{}",
+            ports[i]
+        )]
+    })
+    .await;
+    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    let url = c.members[follower].client_url();
+    let mut tasks = Vec::new();
+    for client in 0..32 {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut kv =
+                kvd::proto::etcdserverpb::kv_client::KvClient::new(common::channel(&url).await);
+            let key = format!("c{client}");
+            let mut last_rev = 0;
+            for n in 0..40 {
+                let r = kv
+                    .put(PutRequest {
+                        key: key.clone().into_bytes(),
+                        value: format!("{client}/{n}").into_bytes(),
+                        prev_kv: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let rev = r.header.unwrap().revision;
+                assert!(rev > last_rev, "revisions of one client's writes increase");
+                last_rev = rev;
+                match (n, r.prev_kv) {
+                    (0, None) => {}
+                    (n, Some(p)) => {
+                        assert_eq!(p.key, key.as_bytes());
+                        assert_eq!(p.value, format!("{client}/{}", n - 1).into_bytes());
+                        assert!(p.mod_revision < rev);
+                    }
+                    (n, p) => panic!("client {client} write {n}: prev_kv {p:?}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let body = http_get(ports[follower], "/metrics").await.1;
+    let writes = sample(&body, "kvd_server_forwarded_writes_total");
+    let calls = sample(&body, "kvd_server_forward_calls_total");
+    assert!(writes >= 32.0 * 40.0, "{writes} writes forwarded");
+    assert!(
+        calls < writes / 2.0,
+        "{calls} calls carried {writes} forwarded writes: not batched"
+    );
+}

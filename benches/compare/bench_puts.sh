@@ -10,8 +10,11 @@
 #        CLIENTS  concurrencies (default "1 64 256 1024"); 1 client uses 1 connection
 #        ROUNDS (2) TOTAL (40000) TOTAL_SEQ (2000, for 1 client) CONNS (16)
 #        PORT     first port (31000); system k uses PORT + 100*k .. + 22
-#        TARGET   leader (default) or follower: the member the load tool talks to (a follower
-#                 forwards each put to the leader and answers once it has applied it)
+#        TARGET   leader (default), follower, or all: the member the load tool talks to (a
+#                 follower forwards each put to the leader and answers once it has applied it);
+#                 all lists the three members in order, and the load tool spreads its
+#                 connections over them as etcd clients and API servers given every member do
+#                 (1 client: the first member, leader or not)
 #        KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/)
 # Output: raw.tsv (system, round, test, qps, p50, p99, errors, leader fsyncs per put, CPU us of
 #         the three members per put) and the medians table on stdout; for 1 client, each run's
@@ -50,6 +53,7 @@ bench() {
   local t=$l
   [[ $TARGET == follower ]] && t=$(((l + 1) % 3))
   local ep=${CLIENT[$sys,$t]} mu=${METRICS[$sys,$l]}
+  [[ $TARGET == all ]] && ep="${CLIENT[$sys,0]},${CLIENT[$sys,1]},${CLIENT[$sys,2]}"
   local f0 c0 f1 c1 j="$OUT/$sys-r$round-put-$c.json"
   f0=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
   c0=$(cpu_ticks "$sys")

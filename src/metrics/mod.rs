@@ -61,6 +61,11 @@ pub static PROPOSALS_FAILED: AtomicU64 = AtomicU64::new(0);
 /// Proposals this member is waiting on: submitted and not yet applied locally.
 pub static PROPOSALS_PENDING: AtomicI64 = AtomicI64::new(0);
 
+/// Writes this member forwarded to the leader, and the calls that carried them (kvd's own:
+/// their ratio is the mean batch, `raft::forward_batch`).
+pub static FORWARDED_WRITES: AtomicU64 = AtomicU64::new(0);
+pub static FORWARD_CALLS: AtomicU64 = AtomicU64::new(0);
+
 /// Failed RPCs to each peer, by member id (etcd: `etcd_network_peer_sent_failures_total`, per
 /// `To`). Every attempt counts, so its rate shows how hard this member retries a down peer.
 pub static PEER_SENT_FAILURES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());

@@ -103,7 +103,12 @@ pub struct Forwarding {
 impl Forwarding {
     /// The leader committed and applied the write at `index`; the follower now waits for it.
     pub fn answered(mut self, index: u64) {
-        self.index = Some(index);
+        self.note(index);
+    }
+
+    /// One write of a batch was committed and applied at `index`; the batch is still in flight.
+    pub fn note(&mut self, index: u64) {
+        self.index = Some(self.index.map_or(index, |i| i.max(index)));
     }
 }
 

@@ -14,6 +14,7 @@ pub mod dial_override;
 pub mod engine_dir;
 pub mod error;
 pub mod force_new_cluster;
+pub mod forward_batch;
 pub mod in_place;
 pub mod lessor;
 pub mod limits;

@@ -25,15 +25,14 @@ use prost::Message;
 
 use super::commit_hold::CommitWaits;
 pub use super::error::ProposeError;
+use super::forward_batch::Forwarder;
 use super::log_store::LogStore;
 use super::network::Channels;
 use super::peer_error::{self, PeerFailure};
 use super::read_batch::Coalescer;
 use super::state_machine::StateMachine;
-use super::types::{Command, Member, NodeId, Raft};
-use crate::proto::kvdpb::{
-    ErrorCode, ForwardRequest, InternalRequest, InternalResponse, ReadIndexRequest,
-};
+use super::types::{Command, CommandResult, Member, NodeId, Raft};
+use crate::proto::kvdpb::{ErrorCode, InternalRequest, InternalResponse, ReadIndexRequest};
 
 /// How long a request waits for a leader, for its commit, or for a read index.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -54,6 +53,8 @@ pub struct RaftNode {
     /// Commit indexes followers wait for (their forwarded writes and read indexes), which the
     /// replication streams send without holding them (`super::commit_hold`).
     pub commit_waits: CommitWaits,
+    /// Writes this member forwards to the leader, sent in batches under load.
+    pub forwarder: Forwarder,
 }
 
 impl RaftNode {
@@ -196,19 +197,10 @@ impl RaftNode {
         let r = tokio::time::timeout(left, self.raft.client_write(cmd))
             .await
             .map_err(|_| Retry::Fail(ProposeError::Timeout))?;
-        use openraft::error::{ClientWriteError, RaftError};
+        use openraft::error::RaftError;
         match r {
-            Ok(resp) => {
-                let ir = InternalResponse::decode(resp.data.0)
-                    .map_err(|e| Retry::Fail(ProposeError::Internal(e.to_string())))?;
-                Ok((ir, resp.log_id.index))
-            }
-            // Refused before it was appended: safe to send to the leader.
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(Retry::Again),
-            // Appended, then dropped from this log: it may still commit elsewhere.
-            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
-                Err(Retry::Fail(ProposeError::LeaderChanged))
-            }
+            Ok(resp) => written(Ok((resp.data, resp.log_id.index))),
+            Err(RaftError::APIError(e)) => written(Err(e)),
             Err(e) => Err(Retry::Fail(ProposeError::Internal(e.to_string()))),
         }
     }
@@ -219,17 +211,13 @@ impl RaftNode {
         req: &InternalRequest,
         left: Duration,
     ) -> Result<(InternalResponse, u64), Retry> {
-        let mut client = self
-            .channels
+        self.channels
             .peer(leader)
             .map_err(|e| Retry::Fail(ProposeError::Internal(e)))?;
-        let call = client.forward(ForwardRequest {
-            request: Some(req.clone()),
-        });
+        let call = self.forwarder.forward(leader, req.clone());
         match tokio::time::timeout(left, call).await {
             Err(_) => Err(Retry::Fail(ProposeError::Timeout)),
             Ok(Ok(r)) => {
-                let r = r.into_inner();
                 let resp = r.response.ok_or(Retry::Fail(ProposeError::Internal(
                     "empty forward reply".into(),
                 )))?;
@@ -276,17 +264,57 @@ impl RaftNode {
         req: InternalRequest,
     ) -> Result<(InternalResponse, u64), tonic::Status> {
         let cmd = Command(Bytes::from(req.encode_to_vec()));
-        match self.write_local(cmd, REQUEST_TIMEOUT).await {
-            Ok(r) => Ok(r),
-            Err(Retry::Again) => Err(peer_error::not_leader()),
-            // etcd's message and its kind, which the forwarding member passes on and never
-            // retries.
-            Err(Retry::Fail(e)) => Err(peer_error::status_of_kind(
-                tonic::Code::Unavailable,
-                e.to_string(),
-                e.kind(),
-            )),
-        }
+        self.write_local(cmd, REQUEST_TIMEOUT)
+            .await
+            .map_err(Retry::into_peer_status)
+    }
+
+    /// Leader side of a batch of forwarded writes: proposes them together and yields each
+    /// one's outcome in request order, as [`Self::propose_forwarded`] would answer it. The
+    /// stream ends early only if Raft stops or the batch outlives [`REQUEST_TIMEOUT`].
+    pub async fn propose_forwarded_many(
+        &self,
+        reqs: Vec<InternalRequest>,
+    ) -> Result<
+        impl futures::Stream<Item = Result<(InternalResponse, u64), tonic::Status>> + Send + 'static,
+        tonic::Status,
+    > {
+        use futures::StreamExt;
+        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        let cmds: Vec<Command> = reqs
+            .iter()
+            .map(|r| Command(Bytes::from(r.encode_to_vec())))
+            .collect();
+        let results = self
+            .raft
+            .client_write_many(cmds)
+            .await
+            .map_err(|_| Retry::into_peer_status(Retry::Fail(ProposeError::Stopped)))?;
+        let answered = futures::stream::unfold(Some(results), move |results| async move {
+            let mut results = results?;
+            let next = tokio::time::timeout_at(deadline, results.next()).await;
+            let item = match next {
+                Ok(Some(Ok(r))) => written(r.map(|w| (w.response, w.log_id.index)))
+                    .map_err(Retry::into_peer_status),
+                // Raft stopped (the rest will not be answered) or the batch took too long:
+                // one error, then the end; the follower gives the rest up as unknown.
+                Ok(Some(Err(_))) => {
+                    return Some((
+                        Err(Retry::into_peer_status(Retry::Fail(ProposeError::Stopped))),
+                        None,
+                    ))
+                }
+                Ok(None) => return None,
+                Err(_) => {
+                    return Some((
+                        Err(Retry::into_peer_status(Retry::Fail(ProposeError::Timeout))),
+                        None,
+                    ))
+                }
+            };
+            Some((item, Some(results)))
+        });
+        Ok(answered)
     }
 
     /// The leader's read index (leader side of ReadIndex): confirms leadership with a quorum.
@@ -354,6 +382,42 @@ impl RaftNode {
 enum Retry {
     Again,
     Fail(ProposeError),
+}
+
+impl Retry {
+    /// The leader's answer to a forwarded write that failed: "not leader" when it may be sent
+    /// again, else etcd's message and its kind, which the forwarding member passes on and never
+    /// retries.
+    fn into_peer_status(self) -> tonic::Status {
+        match self {
+            Retry::Again => peer_error::not_leader(),
+            Retry::Fail(e) => {
+                peer_error::status_of_kind(tonic::Code::Unavailable, e.to_string(), e.kind())
+            }
+        }
+    }
+}
+
+/// What a local proposal's outcome means for the request: its response and log index, or
+/// whether it may be proposed again.
+fn written(
+    r: Result<(CommandResult, u64), openraft::error::ClientWriteError<super::types::TypeConfig>>,
+) -> Result<(InternalResponse, u64), Retry> {
+    use openraft::error::ClientWriteError;
+    match r {
+        Ok((data, index)) => {
+            let ir = InternalResponse::decode(data.0)
+                .map_err(|e| Retry::Fail(ProposeError::Internal(e.to_string())))?;
+            Ok((ir, index))
+        }
+        // Refused before it was appended: safe to send to the leader.
+        Err(ClientWriteError::ForwardToLeader(_)) => Err(Retry::Again),
+        // Appended, then dropped from this log: it may still commit elsewhere.
+        Err(ClientWriteError::LogEntryDiscarded(_)) => {
+            Err(Retry::Fail(ProposeError::LeaderChanged))
+        }
+        Err(e) => Err(Retry::Fail(ProposeError::Internal(e.to_string()))),
+    }
 }
 
 #[cfg(test)]

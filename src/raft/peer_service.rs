@@ -21,9 +21,10 @@ use crate::proto::etcdserverpb::{
 };
 use crate::proto::kvdpb::peer_server::Peer;
 use crate::proto::kvdpb::{
-    membership_request, membership_response, ForwardRequest, ForwardResponse, MemberInfoRequest,
-    MemberInfoResponse, MembershipRequest, MembershipResponse, ProbeRequest, ProbeResponse,
-    RaftBlob, ReadIndexRequest, ReadIndexResponse, RemovedRequest, RemovedResponse, SnapshotChunk,
+    membership_request, membership_response, ForwardManyRequest, ForwardOutcome, ForwardRequest,
+    ForwardResponse, MemberInfoRequest, MemberInfoResponse, MembershipRequest, MembershipResponse,
+    ProbeRequest, ProbeResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse, RemovedRequest,
+    RemovedResponse, SnapshotChunk,
 };
 
 /// What only the leader answers for its followers, beyond Raft itself: lease keep-alives and
@@ -183,6 +184,39 @@ impl Peer for PeerService {
             response: Some(resp),
             log_index,
         }))
+    }
+
+    type ForwardManyStream = Pin<Box<dyn Stream<Item = Result<ForwardOutcome, Status>> + Send>>;
+
+    async fn forward_many(
+        &self,
+        req: Request<ForwardManyRequest>,
+    ) -> Result<Response<Self::ForwardManyStream>, Status> {
+        let reqs = req.into_inner().requests;
+        // Until the last outcome is out: no commit is held meanwhile (`commit_hold`).
+        let mut waiting = self.node.commit_waits.forwarding();
+        let results = self.node.propose_forwarded_many(reqs).await?;
+        let outcomes = results.map(move |r| {
+            Ok(match r {
+                Ok((response, log_index)) => {
+                    waiting.note(log_index);
+                    ForwardOutcome {
+                        applied: Some(ForwardResponse {
+                            response: Some(response),
+                            log_index,
+                        }),
+                        ..Default::default()
+                    }
+                }
+                Err(s) => ForwardOutcome {
+                    applied: None,
+                    code: s.code() as i32,
+                    message: s.message().to_string(),
+                    kind: super::peer_error::kind_of(&s) as i32,
+                },
+            })
+        });
+        Ok(Response::new(Box::pin(outcomes)))
     }
 
     async fn read_index(

@@ -179,6 +179,7 @@ pub async fn start_raft(
         election_timeout: cfg.election_timeout,
         reads: Default::default(),
         commit_waits,
+        forwarder: crate::raft::forward_batch::Forwarder::new(member.channels.clone()),
     };
     if member.fresh && cfg.initial_cluster_state == ClusterState::New {
         initialize(raft, &member.ident);

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use openraft::async_runtime::WatchReceiver;
 
 use crate::metrics::{
-    grpc_table, HistogramSnapshot, TextWriter, BACKEND_COMMIT, COMPACTION_KEYS, PROPOSALS_FAILED,
-    PROPOSALS_PENDING,
+    grpc_table, HistogramSnapshot, TextWriter, BACKEND_COMMIT, COMPACTION_KEYS, FORWARDED_WRITES,
+    FORWARD_CALLS, PROPOSALS_FAILED, PROPOSALS_PENDING,
 };
 use crate::raft::RaftNode;
 
@@ -110,6 +110,16 @@ pub fn render(s: &Scrape) -> String {
         "etcd_server_proposals_failed_total",
         "The total number of failed proposals seen.",
         PROPOSALS_FAILED.load(Ordering::Relaxed) as f64,
+    );
+    w.counter(
+        "kvd_server_forwarded_writes_total",
+        "Writes this member forwarded to the leader.",
+        FORWARDED_WRITES.load(Ordering::Relaxed) as f64,
+    );
+    w.counter(
+        "kvd_server_forward_calls_total",
+        "Calls to the leader that carried forwarded writes (one batch each).",
+        FORWARD_CALLS.load(Ordering::Relaxed) as f64,
     );
     w.gauge(
         "etcd_server_has_leader",
