@@ -15,8 +15,9 @@ fn sample(body: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} missing from\n{body}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sequential_puts_cost_one_fsync_per_member_and_health_is_served() {
+/// Three members, each with a metrics URL: the cluster, the metrics ports, the leader and a
+/// follower.
+async fn cluster_with_metrics() -> (Cluster, Vec<u16>, usize, usize) {
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let c = Cluster::start_custom(3, false, |i| {
         vec![format!(
@@ -27,6 +28,12 @@ async fn sequential_puts_cost_one_fsync_per_member_and_health_is_served() {
     .await;
     let leader = c.wait_for_leader(Duration::from_secs(10)).await;
     let follower = (0..3).find(|i| *i != leader).unwrap();
+    (c, ports, leader, follower)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_puts_cost_one_fsync_per_member_and_health_is_served() {
+    let (c, ports, leader, follower) = cluster_with_metrics().await;
 
     // Let the startup writes (publish, membership) settle before taking the baseline.
     let mut kv = c.kv(leader).await;
@@ -87,16 +94,7 @@ async fn sequential_puts_cost_one_fsync_per_member_and_health_is_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_through_a_follower_are_batched_and_answered_each_their_own() {
     use kvd::proto::etcdserverpb::PutRequest;
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let c = Cluster::start_custom(3, false, |i| {
-        vec![format!(
-            "--listen-metrics-urls=http://127.0.0.1:{}",
-            ports[i]
-        )]
-    })
-    .await;
-    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
-    let follower = (0..3).find(|i| *i != leader).unwrap();
+    let (c, ports, _, follower) = cluster_with_metrics().await;
     let url = c.members[follower].client_url();
     let mut tasks = Vec::new();
     for client in 0..32 {
