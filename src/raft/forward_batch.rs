@@ -18,7 +18,11 @@
 //!   which sends them again, and the lane sends single `Forward` calls for [`RECHECK_MANY`].
 //! - A sender task ends when its lane's queue is empty, and a call ends within
 //!   [`CALL_TIMEOUT`], so a stuck leader holds a lane's slots for a bounded time.
+//! - A lane exists only while it has requests or calls (or remembers an old leader), and its
+//!   peer client is built when it is created: a leader URL that cannot be dialled fails the
+//!   request before it is queued.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,9 +30,12 @@ use std::time::{Duration, Instant};
 use prost::Message;
 use tokio::sync::oneshot;
 
+use tonic::transport::Channel;
+
 use super::network::Channels;
 use super::node::REQUEST_TIMEOUT;
 use super::types::Member;
+use crate::proto::kvdpb::peer_client::PeerClient;
 use crate::proto::kvdpb::{ForwardManyRequest, ForwardRequest, ForwardResponse, InternalRequest};
 
 /// Calls in flight to one leader at a time. More lets a request go sooner when the leader
@@ -53,14 +60,25 @@ pub const RECHECK_MANY: Duration = Duration::from_secs(60);
 /// or the status that failed it (from the leader, or the call's own).
 pub type Answer = Result<ForwardResponse, tonic::Status>;
 
+/// Why [`Forwarder::forward`] has no answer from the leader.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// The leader's peer URL cannot be dialled from here; nothing was sent.
+    #[error("{0}")]
+    BadLeaderUrl(String),
+    /// The leader's error, or the call's own failure.
+    #[error("{0}")]
+    Status(tonic::Status),
+}
+
 struct Queued {
     req: InternalRequest,
     size: usize,
     tx: oneshot::Sender<Answer>,
 }
 
-#[derive(Default)]
 struct Lane {
+    client: PeerClient<Channel>,
     queue: VecDeque<Queued>,
     calls: usize,
     /// When the leader answered `ForwardMany` UNIMPLEMENTED; asked again after
@@ -84,17 +102,32 @@ impl Forwarder {
     }
 
     /// Sends `req` to `leader` with whatever else is queued for it, and waits for its answer.
-    pub async fn forward(&self, leader: &Member, req: InternalRequest) -> Answer {
+    pub async fn forward(
+        &self,
+        leader: &Member,
+        req: InternalRequest,
+    ) -> Result<ForwardResponse, ForwardError> {
         let url = leader
             .peer_urls
             .first()
-            .ok_or_else(|| tonic::Status::invalid_argument("leader has no peer URL"))?
+            .ok_or_else(|| ForwardError::BadLeaderUrl("the leader has no peer URL".into()))?
             .clone();
         let (tx, rx) = oneshot::channel();
         let size = req.encoded_len();
         let start = {
             let mut lanes = self.lanes.lock().unwrap();
-            let lane = lanes.entry(url.clone()).or_default();
+            let lane = match lanes.entry(url.clone()) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(Lane {
+                    client: self
+                        .channels
+                        .peer(leader)
+                        .map_err(ForwardError::BadLeaderUrl)?,
+                    queue: VecDeque::new(),
+                    calls: 0,
+                    unary_since: None,
+                }),
+            };
             lane.queue.push_back(Queued { req, size, tx });
             let start = lane.calls < MAX_CALLS;
             if start {
@@ -103,17 +136,21 @@ impl Forwarder {
             start
         };
         if start {
-            tokio::spawn(self.clone().send_queued(url, leader.clone()));
+            tokio::spawn(self.clone().send_queued(url));
         }
         // The sender dropped without answering only if its task was torn down mid-call.
-        rx.await
-            .unwrap_or_else(|_| Err(tonic::Status::cancelled("forwarding stopped")))
+        match rx.await {
+            Ok(answer) => answer.map_err(ForwardError::Status),
+            Err(_) => Err(ForwardError::Status(tonic::Status::cancelled(
+                "forwarding stopped",
+            ))),
+        }
     }
 
     /// One of a lane's senders: calls until the queue is empty.
-    async fn send_queued(self, url: String, leader: Member) {
+    async fn send_queued(self, url: String) {
         loop {
-            let (batch, unary_only) = {
+            let (client, batch, unary_only) = {
                 let mut lanes = self.lanes.lock().unwrap();
                 let Some(lane) = lanes.get_mut(&url) else {
                     return;
@@ -126,9 +163,9 @@ impl Forwarder {
                     return;
                 }
                 let unary_only = lane.unary_since.is_some_and(|t| t.elapsed() < RECHECK_MANY);
-                (take_batch(&mut lane.queue), unary_only)
+                (lane.client.clone(), take_batch(&mut lane.queue), unary_only)
             };
-            let unsupported = self.call(&leader, batch, unary_only).await;
+            let unsupported = call(client, batch, unary_only).await;
             if unsupported {
                 if let Some(lane) = self.lanes.lock().unwrap().get_mut(&url) {
                     lane.unary_since = Some(Instant::now());
@@ -136,94 +173,83 @@ impl Forwarder {
             }
         }
     }
+}
 
-    /// Sends one batch and answers each of its requests. Returns whether the leader does not
-    /// know `ForwardMany` (the batch was then sent one request at a time).
-    async fn call(&self, leader: &Member, batch: Vec<Queued>, unary_only: bool) -> bool {
-        use crate::metrics::{FORWARDED_WRITES, FORWARD_CALLS};
-        use std::sync::atomic::Ordering::Relaxed;
-        FORWARDED_WRITES.fetch_add(batch.len() as u64, Relaxed);
-        FORWARD_CALLS.fetch_add(if unary_only { batch.len() } else { 1 } as u64, Relaxed);
-        if batch.len() == 1 || unary_only {
-            self.unary_each(leader, batch).await;
-            return false;
-        }
-        let mut client = match self.channels.peer(leader) {
-            Ok(c) => c,
-            Err(e) => {
-                answer_all(batch, &tonic::Status::invalid_argument(e));
-                return false;
-            }
-        };
-        let n = batch.len();
-        let (reqs, mut waiters): (Vec<_>, VecDeque<_>) =
-            batch.into_iter().map(|q| (q.req, q.tx)).unzip();
-        let streamed = tokio::time::timeout(CALL_TIMEOUT, async {
-            let mut outcomes = client
-                .forward_many(ForwardManyRequest { requests: reqs })
-                .await?
-                .into_inner();
-            while let Some(o) = outcomes.message().await? {
-                let Some(tx) = waiters.pop_front() else { break };
-                let _ = tx.send(match o.applied {
-                    Some(r) => Ok(r),
-                    None => {
-                        let kind = o.kind();
-                        Err(super::peer_error::status_of_kind(
-                            tonic::Code::from(o.code),
-                            o.message,
-                            kind,
-                        ))
-                    }
-                });
-            }
-            Ok::<_, tonic::Status>(())
-        })
-        .await;
-        // What the requests still waiting get: the call's own failure, or (the call ended
-        // without their outcomes) a status that leaves their outcome open.
-        let s = match streamed {
-            Ok(Ok(())) if waiters.is_empty() => return false,
-            Ok(Ok(())) => tonic::Status::cancelled("the leader ended a forwarded batch early"),
-            Ok(Err(s)) => s,
-            Err(_) => tonic::Status::deadline_exceeded("forwarded batch timed out"),
-        };
-        // The leader's own answer that it has no such call: it proposed none of them, so
-        // they may be sent again, one at a time (the lane switches).
-        let unsupported = waiters.len() == n
-            && s.code() == tonic::Code::Unimplemented
-            && super::peer_error::PeerFailure::of_status(&s)
-                == super::peer_error::PeerFailure::Status(tonic::Code::Unimplemented);
-        let s = if unsupported {
-            super::peer_error::not_leader()
-        } else {
-            s
-        };
-        for tx in waiters {
-            let _ = tx.send(Err(s.clone()));
-        }
-        unsupported
+/// Sends one batch and answers each of its requests. Returns whether the leader does not know
+/// `ForwardMany` (the batch was then answered "not leader", to be sent again).
+async fn call(mut client: PeerClient<Channel>, batch: Vec<Queued>, unary_only: bool) -> bool {
+    use crate::metrics::{FORWARDED_WRITES, FORWARD_CALLS};
+    use std::sync::atomic::Ordering::Relaxed;
+    FORWARDED_WRITES.fetch_add(batch.len() as u64, Relaxed);
+    FORWARD_CALLS.fetch_add(if unary_only { batch.len() } else { 1 } as u64, Relaxed);
+    if batch.len() == 1 || unary_only {
+        unary_each(&client, batch).await;
+        return false;
     }
-
-    /// Each request as its own `Forward` call, concurrently.
-    async fn unary_each(&self, leader: &Member, batch: Vec<Queued>) {
-        let calls = batch.into_iter().map(|q| async move {
-            let answer = match self.channels.peer(leader) {
-                Ok(mut client) => {
-                    let call = client.forward(ForwardRequest {
-                        request: Some(q.req),
-                    });
-                    match tokio::time::timeout(CALL_TIMEOUT, call).await {
-                        Ok(r) => r.map(|r| r.into_inner()),
-                        Err(_) => Err(tonic::Status::deadline_exceeded("forwarded write")),
-                    }
+    let n = batch.len();
+    let (reqs, mut waiters): (Vec<_>, VecDeque<_>) =
+        batch.into_iter().map(|q| (q.req, q.tx)).unzip();
+    let streamed = tokio::time::timeout(CALL_TIMEOUT, async {
+        let mut outcomes = client
+            .forward_many(ForwardManyRequest { requests: reqs })
+            .await?
+            .into_inner();
+        while let Some(o) = outcomes.message().await? {
+            let Some(tx) = waiters.pop_front() else { break };
+            let _ = tx.send(match o.applied {
+                Some(r) => Ok(r),
+                None => {
+                    let kind = o.kind();
+                    Err(super::peer_error::status_of_kind(
+                        tonic::Code::from(o.code),
+                        o.message,
+                        kind,
+                    ))
                 }
-                Err(e) => Err(tonic::Status::invalid_argument(e)),
-            };
-            let _ = q.tx.send(answer);
-        });
-        futures::future::join_all(calls).await;
+            });
+        }
+        Ok::<_, tonic::Status>(())
+    })
+    .await;
+    // What the requests still waiting get: the call's own failure, or (the call ended
+    // without their outcomes) a status that leaves their outcome open.
+    let s = match streamed {
+        Ok(Ok(())) if waiters.is_empty() => return false,
+        Ok(Ok(())) => tonic::Status::cancelled("the leader ended a forwarded batch early"),
+        Ok(Err(s)) => s,
+        Err(_) => tonic::Status::deadline_exceeded("forwarded batch timed out"),
+    };
+    // The leader's own answer that it has no such call: it proposed none of them, so they
+    // may be sent again, one at a time (the lane switches).
+    let unsupported = waiters.len() == n
+        && s.code() == tonic::Code::Unimplemented
+        && super::peer_error::PeerFailure::of_status(&s)
+            == super::peer_error::PeerFailure::Status(tonic::Code::Unimplemented);
+    let s = if unsupported {
+        super::peer_error::not_leader()
+    } else {
+        s
+    };
+    for tx in waiters {
+        let _ = tx.send(Err(s.clone()));
     }
+    unsupported
+}
+
+/// Each request as its own `Forward` call, concurrently.
+async fn unary_each(client: &PeerClient<Channel>, batch: Vec<Queued>) {
+    let calls = batch.into_iter().map(|q| async move {
+        let mut client = client.clone();
+        let call = client.forward(ForwardRequest {
+            request: Some(q.req),
+        });
+        let answer = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(r) => r.map(|r| r.into_inner()),
+            Err(_) => Err(tonic::Status::deadline_exceeded("forwarded write")),
+        };
+        let _ = q.tx.send(answer);
+    });
+    futures::future::join_all(calls).await;
 }
 
 /// The front of `queue` up to [`BATCH_BYTES`] and [`MAX_BATCH`] (at least one request).
@@ -240,8 +266,6 @@ fn take_batch(queue: &mut VecDeque<Queued>) -> Vec<Queued> {
     batch
 }
 
-fn answer_all(batch: Vec<Queued>, s: &tonic::Status) {
-    for q in batch {
-        let _ = q.tx.send(Err(s.clone()));
-    }
-}
+#[cfg(test)]
+#[path = "forward_batch_tests.rs"]
+mod tests;

@@ -25,7 +25,7 @@ use prost::Message;
 
 use super::commit_hold::CommitWaits;
 pub use super::error::ProposeError;
-use super::forward_batch::Forwarder;
+use super::forward_batch::{ForwardError, Forwarder};
 use super::log_store::LogStore;
 use super::network::Channels;
 use super::peer_error::{self, PeerFailure};
@@ -211,9 +211,6 @@ impl RaftNode {
         req: &InternalRequest,
         left: Duration,
     ) -> Result<(InternalResponse, u64), Retry> {
-        self.channels
-            .peer(leader)
-            .map_err(|e| Retry::Fail(ProposeError::Internal(e)))?;
         let call = self.forwarder.forward(leader, req.clone());
         match tokio::time::timeout(left, call).await {
             Err(_) => Err(Retry::Fail(ProposeError::Timeout)),
@@ -223,7 +220,8 @@ impl RaftNode {
                 )))?;
                 Ok((resp, r.log_index))
             }
-            Ok(Err(s)) => Err(Self::forward_failed(&s)),
+            Ok(Err(ForwardError::BadLeaderUrl(e))) => Err(Retry::Fail(ProposeError::Internal(e))),
+            Ok(Err(ForwardError::Status(s))) => Err(Self::forward_failed(&s)),
         }
     }
 
