@@ -78,11 +78,11 @@ impl Peer for Arc<FakeLeader> {
         &self,
         req: Request<ForwardManyRequest>,
     ) -> Result<Response<Outcomes>, Status> {
+        self.many_calls.fetch_add(1, SeqCst);
         if self.no_many {
             return Err(Status::unimplemented("unknown method ForwardMany"));
         }
         let reqs = req.into_inner().requests;
-        self.many_calls.fetch_add(1, SeqCst);
         self.many_requests.fetch_add(reqs.len(), SeqCst);
         self.wait_gate().await;
         let n = self.cut_after.unwrap_or(reqs.len());
@@ -189,6 +189,8 @@ fn request(id: u64) -> InternalRequest {
     }
 }
 
+const SLOTS: u64 = MAX_CALLS as u64;
+
 type Pending = tokio::task::JoinHandle<Result<ForwardResponse, ForwardError>>;
 
 fn start(fwd: &Forwarder, leader: &Member, ids: std::ops::RangeInclusive<u64>) -> Vec<Pending> {
@@ -209,23 +211,23 @@ async fn until(what: &str, cond: impl Fn() -> bool) {
     panic!("timed out waiting until {what}");
 }
 
-fn queued(fwd: &Forwarder, leader: &Member) -> usize {
+fn queued_len(fwd: &Forwarder, leader: &Member) -> usize {
     let lanes = fwd.lanes.lock().unwrap();
     lanes.get(&leader.peer_urls[0]).map_or(0, |l| l.queue.len())
 }
 
-/// Fills the lane's call slots with requests `first` and `first + 1` (held at the gate), then
-/// queues the rest up to `last` behind them.
+/// Fills the lane's call slots with requests `first..` (held at the gate, one call each), then
+/// queues `queued` more behind them. Returns the requests' tasks in id order.
 async fn fill(
     fwd: &Forwarder,
     leader: &Member,
     fake: &FakeLeader,
     first: u64,
-    last: u64,
+    queued: usize,
 ) -> Vec<Pending> {
     let mut pending = Vec::new();
-    // One at a time, or the second could join the first's call.
-    for id in first..first + MAX_CALLS as u64 {
+    // One at a time, or a request could join the previous one's call.
+    for id in first..first + SLOTS {
         let before = fake.forwards.load(SeqCst);
         pending.extend(start(fwd, leader, id..=id));
         until("the slot is calling", || {
@@ -233,9 +235,9 @@ async fn fill(
         })
         .await;
     }
-    pending.extend(start(fwd, leader, first + 2..=last));
-    let n = (last - first - 1) as usize;
-    until("the rest are queued", || queued(fwd, leader) == n).await;
+    let next = first + SLOTS;
+    pending.extend(start(fwd, leader, next..=next + queued as u64 - 1));
+    until("the rest are queued", || queued_len(fwd, leader) == queued).await;
     pending
 }
 
@@ -254,15 +256,15 @@ async fn requests_queued_behind_busy_calls_go_as_one_batch_each_answered_its_own
     let fake = Arc::new(fake);
     let leader = serve(fake.clone()).await;
     let fwd = Forwarder::new(Channels::default());
-    let pending = fill(&fwd, &leader, &fake, 1, 10).await;
+    let pending = fill(&fwd, &leader, &fake, 1, 8).await;
     open.send(true).unwrap();
-    for (id, p) in (1..=10).zip(pending) {
+    for (id, p) in (1..).zip(pending) {
         let r = p.await.unwrap().expect("answered");
         assert_eq!(r.log_index, id, "request {id} got another's answer");
     }
     assert_eq!(fake.many_calls.load(SeqCst), 1);
     assert_eq!(fake.many_requests.load(SeqCst), 8);
-    assert_eq!(fake.forwards.load(SeqCst), 2);
+    assert_eq!(fake.forwards.load(SeqCst), MAX_CALLS);
     // Idle again: the lane is gone.
     until("the lane is dropped", || {
         fwd.lanes.lock().unwrap().is_empty()
@@ -279,13 +281,13 @@ async fn a_leader_without_forward_many_gets_the_batch_back_as_not_leader_then_si
     });
     let leader = serve(fake.clone()).await;
     let fwd = Forwarder::new(Channels::default());
-    let pending = fill(&fwd, &leader, &fake, 1, 6).await;
+    let pending = fill(&fwd, &leader, &fake, 1, 4).await;
     open.send(true).unwrap();
-    for (id, p) in (1..=6).zip(pending) {
+    for (id, p) in (1..).zip(pending) {
         match p.await.unwrap() {
-            Ok(r) if id <= 2 => assert_eq!(r.log_index, id),
+            Ok(r) if id <= SLOTS => assert_eq!(r.log_index, id),
             // Nothing was proposed: "not leader" sends each again.
-            Err(ForwardError::Status(s)) if id > 2 => {
+            Err(ForwardError::Status(s)) if id > SLOTS => {
                 assert_eq!(kind_of(&s), ErrorCode::NotLeader, "request {id}: {s:?}")
             }
             other => panic!("request {id}: {other:?}"),
@@ -293,12 +295,17 @@ async fn a_leader_without_forward_many_gets_the_batch_back_as_not_leader_then_si
     }
     // The lane remembers, and now sends queued requests one call each.
     open.send(false).unwrap();
-    let pending = fill(&fwd, &leader, &fake, 11, 15).await;
+    let pending = fill(&fwd, &leader, &fake, 101, 3).await;
     open.send(true).unwrap();
-    for (id, p) in (11..=15).zip(pending) {
+    for (id, p) in (101..).zip(pending) {
         assert_eq!(p.await.unwrap().expect("answered").log_index, id);
     }
-    assert_eq!(fake.forwards.load(SeqCst), 2 + 5);
+    assert_eq!(fake.forwards.load(SeqCst), 2 * MAX_CALLS + 3);
+    assert_eq!(
+        fake.many_calls.load(SeqCst),
+        1,
+        "asked for ForwardMany again"
+    );
     assert!(fwd.lanes.lock().unwrap()[&leader.peer_urls[0]]
         .unary_since
         .is_some());
@@ -313,13 +320,13 @@ async fn a_batch_cut_short_leaves_the_rest_unknown_not_refused() {
     });
     let leader = serve(fake.clone()).await;
     let fwd = Forwarder::new(Channels::default());
-    let pending = fill(&fwd, &leader, &fake, 1, 8).await;
+    let pending = fill(&fwd, &leader, &fake, 1, 6).await;
     open.send(true).unwrap();
-    for (id, p) in (1..=8).zip(pending) {
+    for (id, p) in (1..).zip(pending) {
         match p.await.unwrap() {
-            Ok(r) if id <= 5 => assert_eq!(r.log_index, id),
+            Ok(r) if id <= SLOTS + 3 => assert_eq!(r.log_index, id),
             // The leader may have applied these: a status that allows no resend.
-            Err(ForwardError::Status(s)) if id > 5 => {
+            Err(ForwardError::Status(s)) if id > SLOTS + 3 => {
                 assert_eq!(s.code(), tonic::Code::Cancelled, "request {id}");
                 assert_ne!(kind_of(&s), ErrorCode::NotLeader);
             }
