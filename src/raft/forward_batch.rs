@@ -15,7 +15,9 @@
 //!   `RaftNode::forward_failed` decides on retries from the status, as for the unary call.
 //! - A leader that does not know `ForwardMany` (an older kvd, during a rolling upgrade) answers
 //!   UNIMPLEMENTED and has proposed nothing: that batch's requests are answered "not leader",
-//!   which sends them again, and the lane sends single `Forward` calls for [`RECHECK_MANY`].
+//!   which sends them again, and the lane sends single `Forward` calls for [`RECHECK_MANY`]
+//!   before it tries a batch again. The switch, and the switch back once the leader takes a
+//!   batch, are each logged once.
 //! - A sender task ends when its lane's queue is empty, and a call ends within
 //!   [`CALL_TIMEOUT`], so a stuck leader holds a lane's slots for a bounded time.
 //! - A lane exists only while it has requests or calls (or remembers an old leader), and its
@@ -165,35 +167,60 @@ impl Forwarder {
                 let unary_only = lane.unary_since.is_some_and(|t| t.elapsed() < RECHECK_MANY);
                 (lane.client.clone(), take_batch(&mut lane.queue), unary_only)
             };
-            let unsupported = call(client, batch, unary_only).await;
-            if unsupported {
-                if let Some(lane) = self.lanes.lock().unwrap().get_mut(&url) {
+            let knows_many = call(client, batch, unary_only).await;
+            let mut lanes = self.lanes.lock().unwrap();
+            let Some(lane) = lanes.get_mut(&url) else {
+                continue;
+            };
+            // Stated once per leader, at each change: during a rolling upgrade every batch
+            // would otherwise say it again.
+            match knows_many {
+                Some(false) => {
+                    if lane.unary_since.is_none() {
+                        tracing::info!(
+                            "leader {url} has no ForwardMany (an older kvd): forwarding one \
+                             write per call, asking again every {} s",
+                            RECHECK_MANY.as_secs()
+                        );
+                    }
                     lane.unary_since = Some(Instant::now());
                 }
+                Some(true) if lane.unary_since.take().is_some() => {
+                    tracing::info!("leader {url} takes ForwardMany now: forwarding in batches");
+                }
+                _ => {}
             }
         }
     }
 }
 
-/// Sends one batch and answers each of its requests. Returns whether the leader does not know
-/// `ForwardMany` (the batch was then answered "not leader", to be sent again).
-async fn call(mut client: PeerClient<Channel>, batch: Vec<Queued>, unary_only: bool) -> bool {
+/// Sends one batch and answers each of its requests. Returns whether the leader knows
+/// `ForwardMany` when the call showed it: `Some(false)` when it answered UNIMPLEMENTED (the
+/// batch was then answered "not leader", to be sent again), `Some(true)` when it took the
+/// batch, `None` for single calls and calls that failed before the leader answered.
+async fn call(
+    mut client: PeerClient<Channel>,
+    batch: Vec<Queued>,
+    unary_only: bool,
+) -> Option<bool> {
     use crate::metrics::{FORWARDED_WRITES, FORWARD_CALLS};
     use std::sync::atomic::Ordering::Relaxed;
     FORWARDED_WRITES.fetch_add(batch.len() as u64, Relaxed);
     FORWARD_CALLS.fetch_add(if unary_only { batch.len() } else { 1 } as u64, Relaxed);
     if batch.len() == 1 || unary_only {
         unary_each(&client, batch).await;
-        return false;
+        return None;
     }
     let n = batch.len();
     let (reqs, mut waiters): (Vec<_>, VecDeque<_>) =
         batch.into_iter().map(|q| (q.req, q.tx)).unzip();
+    let mut taken = false;
     let streamed = tokio::time::timeout(CALL_TIMEOUT, async {
         let mut outcomes = client
             .forward_many(ForwardManyRequest { requests: reqs })
             .await?
             .into_inner();
+        taken = true;
         while let Some(o) = outcomes.message().await? {
             let Some(tx) = waiters.pop_front() else { break };
             let _ = tx.send(match o.applied {
@@ -214,7 +241,7 @@ async fn call(mut client: PeerClient<Channel>, batch: Vec<Queued>, unary_only: b
     // What the requests still waiting get: the call's own failure, or (the call ended
     // without their outcomes) a status that leaves their outcome open.
     let s = match streamed {
-        Ok(Ok(())) if waiters.is_empty() => return false,
+        Ok(Ok(())) if waiters.is_empty() => return Some(true),
         Ok(Ok(())) => tonic::Status::cancelled("the leader ended a forwarded batch early"),
         Ok(Err(s)) => s,
         Err(_) => tonic::Status::deadline_exceeded("forwarded batch timed out"),
@@ -233,7 +260,11 @@ async fn call(mut client: PeerClient<Channel>, batch: Vec<Queued>, unary_only: b
     for tx in waiters {
         let _ = tx.send(Err(s.clone()));
     }
-    unsupported
+    match (unsupported, taken) {
+        (true, _) => Some(false),
+        (false, true) => Some(true),
+        (false, false) => None,
+    }
 }
 
 /// Each request as its own `Forward` call, concurrently.

@@ -2,7 +2,7 @@
 //! the fallback for a leader without `ForwardMany`, a batch cut short and a bad leader URL.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ use crate::raft::peer_error::kind_of;
 #[derive(Default)]
 struct FakeLeader {
     /// `ForwardMany` answers UNIMPLEMENTED, as a kvd from before it does.
-    no_many: bool,
+    no_many: AtomicBool,
     /// A `ForwardMany` stream ends after this many outcomes.
     cut_after: Option<usize>,
     /// Calls wait while this is false.
@@ -79,7 +79,7 @@ impl Peer for Arc<FakeLeader> {
         req: Request<ForwardManyRequest>,
     ) -> Result<Response<Outcomes>, Status> {
         self.many_calls.fetch_add(1, SeqCst);
-        if self.no_many {
+        if self.no_many.load(SeqCst) {
             return Err(Status::unimplemented("unknown method ForwardMany"));
         }
         let reqs = req.into_inner().requests;
@@ -276,7 +276,7 @@ async fn requests_queued_behind_busy_calls_go_as_one_batch_each_answered_its_own
 async fn a_leader_without_forward_many_gets_the_batch_back_as_not_leader_then_single_calls() {
     let (open, fake) = gated();
     let fake = Arc::new(FakeLeader {
-        no_many: true,
+        no_many: AtomicBool::new(true),
         ..fake
     });
     let leader = serve(fake.clone()).await;
@@ -306,9 +306,26 @@ async fn a_leader_without_forward_many_gets_the_batch_back_as_not_leader_then_si
         1,
         "asked for ForwardMany again"
     );
-    assert!(fwd.lanes.lock().unwrap()[&leader.peer_urls[0]]
-        .unary_since
-        .is_some());
+    // The leader is upgraded; once the lane asks again, it batches and forgets the old leader.
+    fake.no_many.store(false, SeqCst);
+    fwd.lanes
+        .lock()
+        .unwrap()
+        .get_mut(&leader.peer_urls[0])
+        .unwrap()
+        .unary_since = Some(std::time::Instant::now() - RECHECK_MANY);
+    open.send(false).unwrap();
+    let pending = fill(&fwd, &leader, &fake, 201, 4).await;
+    open.send(true).unwrap();
+    for (id, p) in (201..).zip(pending) {
+        assert_eq!(p.await.unwrap().expect("answered").log_index, id);
+    }
+    assert_eq!(fake.many_calls.load(SeqCst), 2);
+    assert_eq!(fake.many_requests.load(SeqCst), 4);
+    until("the lane is dropped", || {
+        fwd.lanes.lock().unwrap().is_empty()
+    })
+    .await;
 }
 
 #[tokio::test]
