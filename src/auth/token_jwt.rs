@@ -62,10 +62,22 @@ struct Claims {
 /// The JWT token provider of a member: its keys and options.
 pub struct JwtTokens {
     pub opts: JwtOptions,
-    alg: Algorithm,
-    /// `None` on a verify-only member.
-    signing: Option<EncodingKey>,
-    verifying: DecodingKey,
+    keys: Keys,
+}
+
+/// A member's keys; the signing key is `None` on a verify-only member.
+enum Keys {
+    /// The algorithms the `jsonwebtoken` crate implements.
+    Lib {
+        alg: Algorithm,
+        signing: Option<EncodingKey>,
+        verifying: DecodingKey,
+    },
+    /// ES512, which it does not (`jwt_es512`).
+    Es512 {
+        signing: Option<Box<p521::ecdsa::SigningKey>>,
+        verifying: Box<p521::ecdsa::VerifyingKey>,
+    },
 }
 
 impl std::fmt::Debug for JwtTokens {
@@ -102,8 +114,8 @@ fn decompose(opts: &[&str]) -> Result<BTreeMap<String, String>, JwtError> {
     Ok(map)
 }
 
-/// The algorithms etcd 3.4 accepts that this JWT library implements: HMAC, RSA, RSA-PSS and
-/// ECDSA P-256/P-384 (not ES512, which the library lacks).
+/// The algorithms etcd 3.4 accepts that the JWT library implements: HMAC, RSA, RSA-PSS and
+/// ECDSA P-256/P-384 (ES512 is `jwt_es512`'s).
 fn algorithm(name: &str) -> Result<Algorithm, JwtError> {
     use Algorithm as A;
     Ok(match name {
@@ -149,6 +161,35 @@ fn bad_key(path: &std::path::Path, e: impl std::fmt::Display) -> JwtError {
     }
 }
 
+/// ES512 keys from the PEM files given: a verify-only member without `priv-key`; with it
+/// alone, verification uses its public half.
+fn es512_keys(
+    opts: &JwtOptions,
+    pub_pem: Option<&[u8]>,
+    priv_pem: Option<&[u8]>,
+) -> Result<Keys, JwtError> {
+    use super::jwt_es512::{signing_key, verifying_key};
+    let text = |pem: &[u8], path: &std::path::Path| {
+        std::str::from_utf8(pem)
+            .map(str::to_owned)
+            .map_err(|e| bad_key(path, e))
+    };
+    let signing = match (priv_pem, &opts.priv_key) {
+        (Some(pem), Some(p)) => Some(Box::new(
+            signing_key(&text(pem, p)?).map_err(|e| bad_key(p, e))?,
+        )),
+        _ => None,
+    };
+    let verifying = match (pub_pem, &opts.pub_key, &signing) {
+        (Some(pem), Some(p), _) => {
+            Box::new(verifying_key(&text(pem, p)?).map_err(|e| bad_key(p, e))?)
+        }
+        (None, _, Some(s)) => Box::new(p521::ecdsa::VerifyingKey::from(&**s)),
+        _ => return Err(JwtError::MissingKey),
+    };
+    Ok(Keys::Es512 { signing, verifying })
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -185,6 +226,10 @@ impl JwtTokens {
         // etcd reads the key files before it checks the method.
         let pub_pem = opts.pub_key.as_deref().map(read).transpose()?;
         let priv_pem = opts.priv_key.as_deref().map(read).transpose()?;
+        if opts.sign_method == "ES512" {
+            let keys = es512_keys(&opts, pub_pem.as_deref(), priv_pem.as_deref())?;
+            return JwtTokens { opts, keys }.checked();
+        }
         let alg = algorithm(&opts.sign_method)?;
         let fam = family(alg);
         let (signing, verifying) = match fam {
@@ -231,58 +276,93 @@ impl JwtTokens {
                 (signing, verifying)
             }
         };
-        let t = JwtTokens {
+        JwtTokens {
             opts,
-            alg,
-            signing,
-            verifying,
-        };
-        // Both keys given: they must be one pair (etcd's ErrKeyMismatch). A probe token
-        // signed with one and checked with the other tells, whatever the PEM flavours.
-        if t.signing.is_some() && t.opts.pub_key.is_some() {
-            let probe = t.assign("", 0)?;
-            if t.info(&probe).is_none() {
+            keys: Keys::Lib {
+                alg,
+                signing,
+                verifying,
+            },
+        }
+        .checked()
+    }
+
+    /// Both keys given: they must be one pair (etcd's ErrKeyMismatch). A probe token signed
+    /// with one and checked with the other tells, whatever the PEM flavours.
+    fn checked(self) -> Result<JwtTokens, JwtError> {
+        if !self.verify_only() && self.opts.pub_key.is_some() {
+            let probe = self.assign("", 0)?;
+            if self.info(&probe).is_none() {
                 return Err(JwtError::KeyMismatch);
             }
         }
-        Ok(t)
+        Ok(self)
     }
 
     pub fn verify_only(&self) -> bool {
-        self.signing.is_none()
+        match &self.keys {
+            Keys::Lib { signing, .. } => signing.is_none(),
+            Keys::Es512 { signing, .. } => signing.is_none(),
+        }
     }
 
     /// A token for `username` at auth revision `revision`, valid for the ttl.
     pub fn assign(&self, username: &str, revision: u64) -> Result<String, JwtError> {
-        let key = self.signing.as_ref().ok_or(JwtError::VerifyOnly)?;
         let claims = Claims {
             username: username.to_string(),
             revision,
             exp: now_secs() + self.opts.ttl.as_secs(),
         };
-        jsonwebtoken::encode(&Header::new(self.alg), &claims, key).map_err(|e| JwtError::BadKey {
+        let signed = match &self.keys {
+            Keys::Lib { alg, signing, .. } => {
+                let key = signing.as_ref().ok_or(JwtError::VerifyOnly)?;
+                jsonwebtoken::encode(&Header::new(*alg), &claims, key).map_err(|e| e.to_string())
+            }
+            Keys::Es512 { signing, .. } => {
+                let key = signing.as_ref().ok_or(JwtError::VerifyOnly)?;
+                super::jwt_es512::encode(&claims, key)
+            }
+        };
+        signed.map_err(|why| JwtError::BadKey {
             path: self
                 .opts
                 .priv_key
                 .as_ref()
                 .map_or(String::new(), |p| p.display().to_string()),
-            why: e.to_string(),
+            why,
         })
     }
 
     /// Who a token names, if it is well signed with this member's algorithm and key and has
     /// not expired (etcd's tokenJWT.info).
     pub fn info(&self, token: &str) -> Option<AuthInfo> {
-        let mut v = Validation::new(self.alg);
-        v.leeway = 0;
-        v.set_required_spec_claims(&["exp"]);
-        match jsonwebtoken::decode::<Claims>(token, &self.verifying, &v) {
-            Ok(d) => Some(AuthInfo {
-                username: d.claims.username,
-                revision: d.claims.revision,
+        let claims = match &self.keys {
+            Keys::Lib { alg, verifying, .. } => {
+                let mut v = Validation::new(*alg);
+                v.leeway = 0;
+                v.set_required_spec_claims(&["exp"]);
+                jsonwebtoken::decode::<Claims>(token, verifying, &v)
+                    .map(|d| d.claims)
+                    .map_err(|e| e.to_string())
+            }
+            // `exp` is a required field of the claims; expired once past (no leeway), as
+            // the library checks it.
+            Keys::Es512 { verifying, .. } => super::jwt_es512::decode::<Claims>(token, verifying)
+                .and_then(|c| {
+                    if c.exp < now_secs() {
+                        Err("ExpiredSignature".to_string())
+                    } else {
+                        Ok(c)
+                    }
+                }),
+        };
+        match claims {
+            Ok(c) => Some(AuthInfo {
+                username: c.username,
+                revision: c.revision,
             }),
-            Err(e) => {
-                tracing::warn!(error = %e, "invalid JWT token");
+            Err(error) => {
+                tracing::warn!(%error, "invalid JWT token");
                 None
             }
         }
@@ -292,6 +372,8 @@ impl JwtTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use base64::Engine;
 
     fn fixture(name: &str) -> String {
         format!("{}/tests/fixtures/jwt/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -343,6 +425,112 @@ mod tests {
         .unwrap();
         assert!(h.info(&h.assign("u", 1).unwrap()).is_some());
         assert!(t.info(&h.assign("u", 1).unwrap()).is_none(), "other method");
+    }
+
+    #[test]
+    fn es512_signs_verifies_and_checks_its_keys() {
+        let es = |pub_key: Option<&str>, priv_key: Option<&str>| {
+            let mut o = vec!["sign-method=ES512".to_string()];
+            o.extend(pub_key.map(|k| format!("pub-key={}", fixture(k))));
+            o.extend(priv_key.map(|k| format!("priv-key={}", fixture(k))));
+            tokens(&o)
+        };
+        // SEC1 and PKCS#8 private keys; with the public key, or alone.
+        for priv_key in ["ec512-priv.pem", "ec512-priv-pkcs8.pem"] {
+            for pub_key in [Some("ec512-pub.pem"), None] {
+                let t = es(pub_key, Some(priv_key)).unwrap();
+                let tok = t.assign("alice", 7).unwrap();
+                let sig = tok.rsplit('.').next().unwrap();
+                assert_eq!(B64.decode(sig).unwrap().len(), 132, "r || s, 66 bytes each");
+                let ai = t.info(&tok).unwrap();
+                assert_eq!((ai.username.as_str(), ai.revision), ("alice", 7));
+            }
+        }
+        let t = es(Some("ec512-pub.pem"), Some("ec512-priv.pem")).unwrap();
+        let tok = t.assign("alice", 7).unwrap();
+        let parts: Vec<&str> = tok.split('.').collect();
+        // Another payload under the same signature.
+        let other = t.assign("root", 7).unwrap();
+        let forged = format!(
+            "{}.{}.{}",
+            parts[0],
+            other.split('.').nth(1).unwrap(),
+            parts[2]
+        );
+        assert!(t.info(&forged).is_none());
+        // The same claims and signature under a header naming another algorithm.
+        let none = B64.encode(r#"{"alg":"none","typ":"JWT"}"#);
+        assert!(t
+            .info(&format!("{none}.{}.{}", parts[1], parts[2]))
+            .is_none());
+        // Expired: a token signed now with an `exp` in the past.
+        let Keys::Es512 {
+            signing: Some(key), ..
+        } = &t.keys
+        else {
+            unreachable!()
+        };
+        let old = Claims {
+            username: "alice".into(),
+            revision: 7,
+            exp: now_secs() - 1,
+        };
+        let expired = super::super::jwt_es512::encode(&old, key).unwrap();
+        assert!(t.info(&expired).is_none());
+        // A verify-only member checks tokens but makes none.
+        let v = es(Some("ec512-pub.pem"), None).unwrap();
+        assert!(v.verify_only());
+        assert!(v.info(&tok).is_some());
+        assert_eq!(v.assign("u", 1), Err(JwtError::VerifyOnly));
+        // Keys that are not a pair, keys of another curve, and none at all.
+        assert_eq!(
+            es(Some("ec512-other-pub.pem"), Some("ec512-priv.pem")).unwrap_err(),
+            JwtError::KeyMismatch
+        );
+        assert!(es(Some("ec512-other-pub.pem"), None)
+            .unwrap()
+            .info(&tok)
+            .is_none());
+        for (pub_key, priv_key) in [
+            (None, Some("ec-priv.pem")),
+            (Some("ec-pub.pem"), None),
+            (None, Some("rsa-priv.pem")),
+        ] {
+            assert!(
+                matches!(es(pub_key, priv_key), Err(JwtError::BadKey { .. })),
+                "{pub_key:?} {priv_key:?}"
+            );
+        }
+        assert_eq!(es(None, None).unwrap_err(), JwtError::MissingKey);
+        // An ES256 member refuses an ES512 token, and the other way round.
+        let es256 = tokens(&[
+            "sign-method=ES256".into(),
+            format!("pub-key={}", fixture("ec-pub.pem")),
+            format!("priv-key={}", fixture("ec-priv.pem")),
+        ])
+        .unwrap();
+        assert!(es256.info(&tok).is_none());
+        assert!(t.info(&es256.assign("u", 1).unwrap()).is_none());
+    }
+
+    #[test]
+    fn es512_token_made_by_etcd_verifies() {
+        // Made by etcd 3.4 with these keys (`--auth-token jwt,...,sign-method=ES512,
+        // ttl=876000h`) after user add root, role add root, grant and auth enable.
+        let tok = std::fs::read_to_string(fixture("etcd-es512.token")).unwrap();
+        let t = tokens(&[
+            "sign-method=ES512".into(),
+            format!("pub-key={}", fixture("ec512-pub.pem")),
+        ])
+        .unwrap();
+        let ai = t.info(tok.trim()).expect("etcd's token verifies");
+        assert_eq!((ai.username.as_str(), ai.revision), ("root", 4));
+        let other = tokens(&[
+            "sign-method=ES512".into(),
+            format!("pub-key={}", fixture("ec512-other-pub.pem")),
+        ])
+        .unwrap();
+        assert!(other.info(tok.trim()).is_none());
     }
 
     #[test]
