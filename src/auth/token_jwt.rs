@@ -466,7 +466,7 @@ mod tests {
             revision: 7,
             exp: now_secs() - 1,
         };
-        let expired = super::super::jwt_es512::encode(&old, key).unwrap();
+        let expired = crate::auth::jwt_es512::encode(&old, key).unwrap();
         assert!(t.info(&expired).is_none());
         // A verify-only member checks tokens but makes none.
         let v = es(Some("ec512-pub.pem"), None).unwrap();
