@@ -44,11 +44,20 @@ async fn write_through_follower_read_through_another_member() {
 
 /// A write with none after it reaches the followers' state machines promptly: the leader
 /// holds a commit index that has no entries to ride on for at most 2 ms (decision 0032), not
-/// until the next heartbeat (100 ms). Serializable reads on a follower see what it applied.
+/// until the next heartbeat. Serializable reads on a follower see what it applied.
+///
+/// Heartbeats here are 300 ms apart, so commits carried only by them would put the median lag
+/// near 150 ms; a prompt commit measures a few ms alone, and up to about 50 ms while the other
+/// tests of this file load the two CPUs (each poll is a call to a debug build).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_write_reaches_the_followers_without_waiting_for_a_heartbeat() {
-    let c = Cluster::start(3).await;
-    let leader = c.wait_for_leader(Duration::from_secs(10)).await;
+    let c = Cluster::start_opts(
+        3,
+        false,
+        &["--heartbeat-interval=300", "--election-timeout=3000"],
+    )
+    .await;
+    let leader = c.wait_for_leader(Duration::from_secs(20)).await;
     let f1 = other(&[leader]);
     let f2 = other(&[leader, f1]);
     let mut w = c.kv(leader).await;
@@ -76,9 +85,8 @@ async fn a_lone_write_reaches_the_followers_without_waiting_for_a_heartbeat() {
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     lags.sort();
-    // Commits carried only by heartbeats would put the median near 50 ms.
     assert!(
-        lags[lags.len() / 2] < Duration::from_millis(25),
+        lags[lags.len() / 2] < Duration::from_millis(75),
         "followers applied a lone write after {lags:?}"
     );
 }
