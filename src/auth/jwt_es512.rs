@@ -7,8 +7,9 @@
 //!   signature is `r || s`, each 66 bytes big-endian, over the first two parts.
 //! - A token verifies only if its header names `ES512` (no other algorithm, no `none`), the
 //!   signature is exactly 132 bytes and valid, and the claims parse; the caller checks `exp`.
-//! - Private keys are SEC1 (`EC PRIVATE KEY`) or PKCS#8 (`PRIVATE KEY`) PEM, public keys
-//!   SubjectPublicKeyInfo (`PUBLIC KEY`) PEM, all on P-521; any other curve is a bad key.
+//! - Private keys are PKCS#8 (`PRIVATE KEY`) PEM, public keys SubjectPublicKeyInfo
+//!   (`PUBLIC KEY`) PEM, both on P-521; any other curve is a bad key. `jwt_pem` turns the
+//!   other forms etcd reads into these.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
@@ -21,13 +22,10 @@ use serde::Serialize;
 /// The header every ES512 token carries (golang-jwt's, fields in its order).
 const HEADER: &str = r#"{"alg":"ES512","typ":"JWT"}"#;
 
-/// A private key from PEM: SEC1 or PKCS#8.
+/// A private key from PKCS#8 PEM.
 pub fn signing_key(pem: &str) -> Result<SigningKey, String> {
-    let secret = if pem.contains("-----BEGIN EC PRIVATE KEY-----") {
-        p521::SecretKey::from_sec1_pem(pem).map_err(|e| format!("not a P-521 SEC1 key: {e}"))?
-    } else {
-        p521::SecretKey::from_pkcs8_pem(pem).map_err(|e| format!("not a P-521 PKCS#8 key: {e}"))?
-    };
+    let secret =
+        p521::SecretKey::from_pkcs8_pem(pem).map_err(|e| format!("not a P-521 key: {e}"))?;
     SigningKey::from_bytes(&secret.to_bytes()).map_err(|e| e.to_string())
 }
 

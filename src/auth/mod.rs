@@ -11,6 +11,7 @@
 pub mod error;
 pub mod etcd_buckets;
 pub mod jwt_es512;
+pub mod jwt_pem;
 pub mod perms;
 pub mod store;
 pub mod token;

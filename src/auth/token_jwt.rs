@@ -169,21 +169,21 @@ fn es512_keys(
     priv_pem: Option<&[u8]>,
 ) -> Result<Keys, JwtError> {
     use super::jwt_es512::{signing_key, verifying_key};
-    let text = |pem: &[u8], path: &std::path::Path| {
-        std::str::from_utf8(pem)
-            .map(str::to_owned)
-            .map_err(|e| bad_key(path, e))
-    };
+    use super::jwt_pem::{private_pkcs8, public_spki};
     let signing = match (priv_pem, &opts.priv_key) {
         (Some(pem), Some(p)) => Some(Box::new(
-            signing_key(&text(pem, p)?).map_err(|e| bad_key(p, e))?,
+            private_pkcs8(pem)
+                .and_then(|pem| signing_key(&pem))
+                .map_err(|e| bad_key(p, e))?,
         )),
         _ => None,
     };
     let verifying = match (pub_pem, &opts.pub_key, &signing) {
-        (Some(pem), Some(p), _) => {
-            Box::new(verifying_key(&text(pem, p)?).map_err(|e| bad_key(p, e))?)
-        }
+        (Some(pem), Some(p), _) => Box::new(
+            public_spki(pem)
+                .and_then(|pem| verifying_key(&pem))
+                .map_err(|e| bad_key(p, e))?,
+        ),
         (None, _, Some(s)) => Box::new(p521::ecdsa::VerifyingKey::from(&**s)),
         _ => return Err(JwtError::MissingKey),
     };
@@ -243,19 +243,28 @@ impl JwtTokens {
             }
             Family::Rsa | Family::Ec => {
                 let decode = |pem: &[u8], path: &std::path::Path| {
+                    let pem = super::jwt_pem::public_spki(pem).map_err(|e| bad_key(path, e))?;
                     if fam == Family::Rsa {
-                        DecodingKey::from_rsa_pem(pem)
+                        DecodingKey::from_rsa_pem(pem.as_bytes())
                     } else {
-                        DecodingKey::from_ec_pem(pem)
+                        DecodingKey::from_ec_pem(pem.as_bytes())
                     }
                     .map_err(|e| bad_key(path, e))
+                };
+                // PKCS#1 and SEC1 keys as etcd reads them: as PKCS#8, which both the signer
+                // and the public-half derivation below take.
+                let priv_pem = match (&priv_pem, &opts.priv_key) {
+                    (Some(pem), Some(p)) => {
+                        Some(super::jwt_pem::private_pkcs8(pem).map_err(|e| bad_key(p, e))?)
+                    }
+                    _ => None,
                 };
                 let signing = match (&priv_pem, &opts.priv_key) {
                     (Some(pem), Some(p)) => Some(
                         if fam == Family::Rsa {
-                            EncodingKey::from_rsa_pem(pem)
+                            EncodingKey::from_rsa_pem(pem.as_bytes())
                         } else {
-                            EncodingKey::from_ec_pem(pem)
+                            EncodingKey::from_ec_pem(pem.as_bytes())
                         }
                         .map_err(|e| bad_key(p, e))?,
                     ),
@@ -263,12 +272,9 @@ impl JwtTokens {
                 };
                 let verifying = match (&pub_pem, &opts.pub_key, &priv_pem, &opts.priv_key) {
                     (Some(pem), Some(p), _, _) => decode(pem, p)?,
-                    // Only the private key: verify with its public half (PKCS#8 keys only).
+                    // Only the private key: verify with its public half.
                     (None, _, Some(pem), Some(p)) => {
-                        let text = std::str::from_utf8(pem).map_err(|e| bad_key(p, e))?;
-                        let pair = rcgen::KeyPair::from_pem(text).map_err(|e| {
-                            bad_key(p, format!("{e} (give pub-key with a non-PKCS#8 key)"))
-                        })?;
+                        let pair = rcgen::KeyPair::from_pem(pem).map_err(|e| bad_key(p, e))?;
                         decode(pair.public_key_pem().as_bytes(), p)?
                     }
                     _ => return Err(JwtError::MissingKey),
@@ -287,10 +293,11 @@ impl JwtTokens {
         .checked()
     }
 
-    /// Both keys given: they must be one pair (etcd's ErrKeyMismatch). A probe token signed
-    /// with one and checked with the other tells, whatever the PEM flavours.
+    /// A probe token, signed and checked: a private key the method cannot sign with (a P-384
+    /// key for ES256) is refused here, where etcd starts and fails each Authenticate. With
+    /// both keys given they must be one pair (etcd's ErrKeyMismatch), whatever the PEM forms.
     fn checked(self) -> Result<JwtTokens, JwtError> {
-        if !self.verify_only() && self.opts.pub_key.is_some() {
+        if !self.verify_only() {
             let probe = self.assign("", 0)?;
             if self.info(&probe).is_none() {
                 return Err(JwtError::KeyMismatch);
@@ -424,6 +431,51 @@ mod tests {
         .unwrap();
         assert!(h.info(&h.assign("u", 1).unwrap()).is_some());
         assert!(t.info(&h.assign("u", 1).unwrap()).is_none(), "other method");
+    }
+
+    /// The key files etcd reads (golang-jwt): PKCS#1 RSA and SEC1 EC private keys, alone or
+    /// with their public key, and a certificate as the public key.
+    #[test]
+    fn etcd_key_forms_sign_and_verify() {
+        for (m, priv_key, pub_key) in [
+            ("RS256", "rsa-priv-pkcs1.pem", Some("rsa-pub.pem")),
+            ("RS256", "rsa-priv-pkcs1.pem", None),
+            ("ES256", "ec-priv-sec1.pem", Some("ec-pub.pem")),
+            ("ES256", "ec-priv-sec1.pem", None),
+            ("ES256", "ec-priv-sec1.pem", Some("ec-cert.pem")),
+            ("ES384", "ec384-priv-sec1.pem", Some("ec384-pub.pem")),
+            ("ES384", "ec384-priv-sec1.pem", None),
+            ("ES384", "ec384-priv.pem", None),
+            ("ES512", "ec512-priv.pem", Some("ec512-cert.pem")),
+            ("RS256", "rsa-priv.pem", Some("rsa-cert.pem")),
+        ] {
+            let mut o = vec![
+                format!("sign-method={m}"),
+                format!("priv-key={}", fixture(priv_key)),
+            ];
+            o.extend(pub_key.map(|k| format!("pub-key={}", fixture(k))));
+            let t = tokens(&o).unwrap_or_else(|e| panic!("{m} {priv_key} {pub_key:?}: {e}"));
+            let ai = t.info(&t.assign("alice", 3).unwrap()).unwrap();
+            assert_eq!((ai.username.as_str(), ai.revision), ("alice", 3));
+        }
+        // A SEC1 key with another key's public half, or on another curve than the method's.
+        let mismatch = tokens(&[
+            "sign-method=ES256".into(),
+            format!("priv-key={}", fixture("ec-priv-sec1.pem")),
+            format!("pub-key={}", fixture("ec384-pub.pem")),
+        ]);
+        assert!(mismatch.is_err());
+        let curve = tokens(&[
+            "sign-method=ES256".into(),
+            format!("priv-key={}", fixture("ec384-priv-sec1.pem")),
+        ]);
+        assert!(matches!(curve, Err(JwtError::BadKey { .. })), "{curve:?}");
+        // etcd reads the first PEM block only: `openssl ecparam -genkey` without `-noout`.
+        let params = tokens(&[
+            "sign-method=ES256".into(),
+            format!("priv-key={}", fixture("ec-priv-with-params.pem")),
+        ]);
+        assert!(matches!(params, Err(JwtError::BadKey { .. })), "{params:?}");
     }
 
     #[test]
