@@ -755,6 +755,9 @@ pub struct SnapshotRestoreArgs {
     /// Path to the data directory
     #[arg(long, default_value = "")]
     pub data_dir: String,
+    /// Path to the WAL directory (use --data-dir if none given)
+    #[arg(long, default_value = "")]
+    pub wal_dir: String,
     /// Initial cluster configuration for restore bootstrap
     #[arg(long, default_value = "default=http://localhost:2380")]
     pub initial_cluster: String,

@@ -58,7 +58,7 @@ impl StateMachine {
 
 /// The log id of a restored cluster's snapshot. Term 1 of a leader id no member has: the
 /// members' first election is at a term above it.
-fn restored_log_id() -> LogId {
+pub fn restored_log_id() -> LogId {
     LogId::new(
         LeaderIdOf::<TypeConfig>::new_committed(1, 0),
         RESTORED_INDEX,

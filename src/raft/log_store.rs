@@ -257,6 +257,13 @@ impl LogStore {
         &self.wal
     }
 
+    /// Neither a vote nor an entry (nor a purge point): the log of a member that never took
+    /// part in an election or a replication.
+    pub fn holds_nothing(&self) -> bool {
+        let st = self.state.lock().unwrap();
+        st.vote.is_none() && st.last.is_none()
+    }
+
     /// Last log index held (or purged up to).
     pub fn last_index(&self) -> u64 {
         self.state.lock().unwrap().last.map_or(0, |l| l.index)

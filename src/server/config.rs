@@ -23,6 +23,9 @@ pub struct Flags {
     /// Path to the data directory (default: ${name}.kvd).
     #[arg(long, env = "ETCD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Path to a dedicated WAL directory (default: the data dir's member/wal).
+    #[arg(long, env = "ETCD_WAL_DIR")]
+    pub wal_dir: Option<PathBuf>,
     /// List of URLs to listen on for client traffic.
     #[arg(
         long,
@@ -232,6 +235,8 @@ pub enum ClusterState {
 pub struct Config {
     pub name: String,
     pub data_dir: PathBuf,
+    /// `--wal-dir`: the WAL's directory when not the data dir's `member/wal`.
+    pub wal_dir: Option<PathBuf>,
     pub listen_client: Vec<SocketAddr>,
     pub advertise_client_urls: Vec<String>,
     pub listen_peer: Vec<SocketAddr>,
@@ -709,6 +714,8 @@ impl Flags {
         Ok(Config {
             name: self.name,
             data_dir,
+            // etcd treats an empty --wal-dir as not given.
+            wal_dir: self.wal_dir.filter(|d| !d.as_os_str().is_empty()),
             listen_client,
             advertise_client_urls,
             listen_peer,

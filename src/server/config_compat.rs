@@ -3,8 +3,8 @@
 //!
 //! Invariants:
 //! - No flag here changes what kvd does. Each entry says why it may be ignored; a flag whose
-//!   absence would be unsafe or surprising (`--wal-dir`, `--discovery*`, `--proxy`,
-//!   `--config-file`) is not here and stays refused.
+//!   absence would be unsafe or surprising (`--discovery*`, `--proxy`, `--config-file`) is
+//!   not here and stays refused.
 //! - Never silent: a flag given (on the command line or through its `ETCD_*` variable) with a
 //!   value other than the one kvd behaves as anyway is reported once, naming the flag, its
 //!   value and what kvd does instead ([`given`]; the binary logs each at warning level).

@@ -4,7 +4,8 @@
 //! Data dir layout (like etcd's `member/`):
 //! ```text
 //! <data-dir>/member/member.json  identity: format version, member id, cluster id, name
-//! <data-dir>/member/wal/         write-ahead log segments (the source of truth)
+//! <data-dir>/member/wal/         write-ahead log segments (the source of truth), or the
+//!                                directory `--wal-dir` names (`wal_home`)
 //! <data-dir>/member/sm/db/       sled: MVCC key space + apply metadata (rebuilt from WAL);
 //!                                after a defragmentation `sm/db.N/`, named by `sm/db.current`
 //! <data-dir>/member/sm/snap/     Raft snapshot files
@@ -49,6 +50,7 @@ pub mod watches;
 mod serve;
 mod start;
 mod stop;
+pub mod wal_home;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -86,6 +88,10 @@ pub enum ServerError {
     /// compaction (etcd's message).
     #[error("{0}")]
     Inconsistent(String),
+    /// The WAL directory is another member's, in use, or not where this member's log is
+    /// (`wal_home`).
+    #[error("{0}")]
+    WalMismatch(String),
 }
 
 /// Runs a member until `shutdown` resolves, then stops gracefully (a leader hands leadership

@@ -34,6 +34,9 @@ pub struct MemberDir {
     pub ident: Identity,
     /// The identity was created by this start (an empty data dir).
     pub fresh: bool,
+    /// The WAL's directory, and its lock, held while the member runs.
+    pub wal_dir: PathBuf,
+    _wal_lock: std::fs::File,
     pub channels: Channels,
     /// TLS configs of the listeners (the peer client's is inside `channels`).
     pub tls: Material,
@@ -62,6 +65,8 @@ pub async fn open_member(cfg: &Config) -> Result<MemberDir, ServerError> {
         .with_tls(tls.peer_client.clone());
     let (ident, fresh) = identity::load_or_create(cfg, &dir, &channels).await?;
     super::backup::stream::clean(&dir.join("backup"))?;
+    let wal_dir = super::wal_home::wal_dir(cfg, &dir);
+    let wal_lock = super::wal_home::claim(&wal_dir, &dir, &ident, &cfg.wal)?;
     tracing::info!(
         name = %cfg.name,
         member_id = %format!("{:x}", ident.member_id),
@@ -73,6 +78,8 @@ pub async fn open_member(cfg: &Config) -> Result<MemberDir, ServerError> {
         dir,
         ident,
         fresh,
+        wal_dir,
+        _wal_lock: wal_lock,
         channels,
         tls,
     })
@@ -141,9 +148,16 @@ pub async fn start_raft(
     member: &MemberDir,
     links: &Links,
 ) -> Result<RaftNode, ServerError> {
-    let log = LogStore::open_on(&member.dir.join("wal"), &cfg.wal)?;
-    log.set_cache_bytes(cfg.raft_log_cache_bytes);
+    use super::wal_home;
     let sm = StateMachine::open_with(&member.dir.join("sm"), cfg.engine)?;
+    let applied = sm.last_applied()?;
+    let wal = &member.wal_dir;
+    // Before opening the log, which would write a first segment into an empty directory.
+    wal_home::check_not_lost(wal, !cfg.wal.has_segments(wal)?, applied)?;
+    let log = LogStore::open_on(wal, &cfg.wal)?;
+    wal_home::check_not_lost(wal, log.holds_nothing(), applied)?;
+    wal_home::name(wal, member.ident.cluster_id, member.ident.member_id)?;
+    log.set_cache_bytes(cfg.raft_log_cache_bytes);
     if cfg.force_new_cluster && !member.fresh {
         crate::raft::force_new_cluster::force_new_cluster(&log, &sm, member.ident.member_id)
             .await?;

@@ -32,4 +32,14 @@ impl WalBackend {
         let fs = self.fs.clone().unwrap_or_else(|| Arc::new(RealFs));
         Wal::open_with_fs(fs, dir, self.options.clone())
     }
+
+    /// Whether `dir` holds WAL segments on this backend (no when it does not exist).
+    pub fn has_segments(&self, dir: &Path) -> std::io::Result<bool> {
+        let fs = self.fs.clone().unwrap_or_else(|| Arc::new(RealFs));
+        match fs.list_dir(dir) {
+            Ok(names) => Ok(names.iter().any(|n| n.ends_with(".wal"))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }

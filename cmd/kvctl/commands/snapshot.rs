@@ -163,11 +163,15 @@ pub fn restore(_ctx: &Ctx, a: SnapshotRestoreArgs) -> Result<i32, CliError> {
         initial_cluster_token: a.initial_cluster_token.clone(),
         initial_advertise_peer_urls: a.initial_advertise_peer_urls.clone(),
         data_dir: PathBuf::from(&data_dir),
+        wal_dir: Some(PathBuf::from(&a.wal_dir)).filter(|w| !w.as_os_str().is_empty()),
         skip_hash_check: a.skip_hash_check,
     };
-    // etcdctl refuses an existing data dir before it says anything else.
+    // etcdctl refuses an existing data dir (then WAL dir) before it says anything else.
     if o.data_dir.exists() {
         return Err(io_err(backup::BackupError::DataDirExists(o.data_dir)));
+    }
+    if let Some(w) = o.wal_dir.as_ref().filter(|w| w.exists()) {
+        return Err(io_err(backup::BackupError::WalDirExists(w.clone())));
     }
     eprintln!(
         "restoring snapshot path={} data-dir={data_dir}",

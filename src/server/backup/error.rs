@@ -37,6 +37,9 @@ pub enum BackupError {
     /// etcdctl's words.
     #[error("data-dir {0:?} exists")]
     DataDirExists(PathBuf),
+    /// etcdctl's words.
+    #[error("wal-dir {0:?} exists")]
+    WalDirExists(PathBuf),
     #[error("{0}")]
     Flags(String),
     #[error("{0}")]

@@ -13,14 +13,18 @@ pub fn etcd_marker(data_dir: &Path) -> Option<String> {
     if db.is_file() {
         return Some(db.display().to_string());
     }
-    // etcd names its WAL segments `<seq>-<index>.wal`; kvd's are `<seq>.wal`.
-    let wal = member.join("wal");
-    std::fs::read_dir(&wal)
+    etcd_wal_file(&member.join("wal")).map(|p| p.display().to_string())
+}
+
+/// A WAL segment etcd wrote in `dir`, if there is one: etcd names its segments
+/// `<seq>-<index>.wal`, kvd `<seq>.wal`.
+pub fn etcd_wal_file(dir: &Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(dir)
         .ok()?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .find(|n| n.ends_with(".wal") && n.contains('-'))
-        .map(|n| wal.join(n).display().to_string())
+        .map(|n| dir.join(n))
 }
 
 /// The error kvd starts with on an etcd data dir.

@@ -36,6 +36,9 @@ pub struct RestoreOptions {
     pub initial_cluster_token: String,
     pub initial_advertise_peer_urls: String,
     pub data_dir: PathBuf,
+    /// `--wal-dir`: the member's dedicated WAL directory, made empty and named for it (a
+    /// restored member starts from its snapshot, with no log).
+    pub wal_dir: Option<PathBuf>,
     pub skip_hash_check: bool,
 }
 
@@ -54,6 +57,9 @@ pub struct Restored {
 pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
     if o.data_dir.exists() {
         return Err(BackupError::DataDirExists(o.data_dir.clone()));
+    }
+    if let Some(w) = o.wal_dir.as_ref().filter(|w| w.exists()) {
+        return Err(BackupError::WalDirExists(w.clone()));
     }
     let flags = |e: crate::server::config::ConfigError| BackupError::Flags(e.0);
     let advertise = split_urls(
@@ -133,6 +139,11 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
         std::fs::File::open(parent)
             .and_then(|d| d.sync_all())
             .map_err(BackupError::io(parent))?;
+    }
+    if let Some(w) = &o.wal_dir {
+        crate::wal::create_dir_durable(&crate::wal::RealFs, w).map_err(BackupError::io(w))?;
+        crate::server::wal_home::name(w, ident.cluster_id, ident.member_id)
+            .map_err(BackupError::io(w))?;
     }
     Ok(Restored {
         member_id: ident.member_id,
