@@ -97,17 +97,8 @@ pub fn new_cluster(
 
 /// Writes `ident` as `dir/member.json`: a temp file, fsynced, renamed, directory fsynced.
 pub fn store(dir: &Path, ident: &Identity) -> std::io::Result<()> {
-    let path = dir.join(FILE);
-    let tmp = dir.join(format!("{FILE}.tmp"));
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(ident).expect("serializable"))?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(())
+    let json = serde_json::to_vec_pretty(ident).expect("serializable");
+    crate::wal::write_file_durable(&dir.join(FILE), &json)
 }
 
 /// Asks the other members of `--initial-cluster` which id this member was added under.

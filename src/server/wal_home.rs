@@ -106,7 +106,7 @@ pub fn name(wal: &Path, cluster_id: u64, member_id: u64) -> std::io::Result<()> 
     if wal.join(NAME_FILE).exists() {
         return Ok(());
     }
-    write_durable(
+    crate::wal::write_file_durable(
         &wal.join(NAME_FILE),
         name_of(cluster_id, member_id).as_bytes(),
     )
@@ -135,16 +135,4 @@ pub fn check_not_lost(
         }
         _ => Ok(()),
     }
-}
-
-fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
 }

@@ -170,3 +170,24 @@ pub fn create_dir_durable(fs: &dyn WalFs, dir: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Replaces the small file `path` with `bytes` so that a power loss leaves the old content or
+/// the new one, never a mix or nothing: a temporary sibling written and fsynced, renamed over
+/// `path`, then the directory fsynced.
+pub fn write_file_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
