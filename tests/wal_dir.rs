@@ -1,7 +1,8 @@
 //! `--wal-dir` (etcd's dedicated WAL directory) on real `kvd` processes: the log goes there and
 //! survives restarts; a member started without the log it was built from (the flag dropped,
 //! added, or pointed at another member's log, or the same log while it is in use) refuses to
-//! start, and nothing it holds is changed by the attempt.
+//! start, and nothing it holds is changed by the attempt; a log without its name (written by an
+//! earlier kvd) is adopted.
 
 mod common;
 
@@ -101,11 +102,14 @@ async fn the_log_lives_in_the_wal_dir_and_a_member_refuses_any_other_log() {
         let e = e.unwrap();
         std::fs::rename(e.path(), member_dir.join("wal").join(e.file_name())).unwrap();
     }
+    // Without its `member` file, as a data dir of an earlier kvd: adopted and named.
+    std::fs::remove_file(member_dir.join("wal/member")).unwrap();
     restart(&mut c).await;
     let mut kv = c.kv(0).await;
     assert_eq!(get(&mut kv, "k").await.unwrap().as_deref(), Some("v"));
     assert!(put(&mut kv, "k2", "v").await.unwrap() > rev);
     c.stop(0);
+    assert!(member_dir.join("wal/member").exists());
 
     // --wal-dir added while the log is still in member/wal.
     let fresh = tempfile::tempdir().unwrap();
