@@ -29,14 +29,16 @@ impl std::fmt::Debug for WalBackend {
 impl WalBackend {
     /// Opens (recovering) the WAL in `dir` on this backend.
     pub fn open(&self, dir: &Path) -> Result<(Wal, Vec<Record>), WalError> {
-        let fs = self.fs.clone().unwrap_or_else(|| Arc::new(RealFs));
-        Wal::open_with_fs(fs, dir, self.options.clone())
+        Wal::open_with_fs(self.file_system(), dir, self.options.clone())
+    }
+
+    fn file_system(&self) -> Arc<dyn WalFs> {
+        self.fs.clone().unwrap_or_else(|| Arc::new(RealFs))
     }
 
     /// Whether `dir` holds WAL segments on this backend (no when it does not exist).
     pub fn has_segments(&self, dir: &Path) -> std::io::Result<bool> {
-        let fs = self.fs.clone().unwrap_or_else(|| Arc::new(RealFs));
-        match fs.list_dir(dir) {
+        match self.file_system().list_dir(dir) {
             Ok(names) => Ok(names.iter().any(|n| n.ends_with(".wal"))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
