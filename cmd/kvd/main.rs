@@ -1,20 +1,34 @@
 //! kvd: the server binary. Parses etcd-compatible flags and runs a member until SIGINT/SIGTERM.
 use clap::FromArgMatches;
 use kvd::server::config::{self, Flags};
-use kvd::server::{config_compat, config_env};
+use kvd::server::{config_compat, config_env, config_file};
 
 mod alloc;
 mod log;
 
 fn main() {
     alloc::apply_defaults();
-    let matches = config::command().get_matches();
-    let env = match config_env::check_env(&matches, std::env::vars_os()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("kvd: {e}");
-            std::process::exit(1);
-        }
+    let cli = config::command().get_matches();
+    // etcd's --config-file replaces the command line and the environment.
+    let file = cli.get_one::<std::path::PathBuf>("config_file").cloned();
+    let (matches, env, file_note) = match &file {
+        None => match config_env::check_env(&cli, std::env::vars_os()) {
+            Ok(r) => (cli, r.unrecognized, None),
+            Err(e) => {
+                eprintln!("kvd: {e}");
+                std::process::exit(1);
+            }
+        },
+        Some(path) => match config_file::matches(path) {
+            Ok((m, unknown)) => {
+                let ignored = config_file::ignored(&cli, std::env::vars_os());
+                (m, Vec::new(), Some((path, unknown, ignored)))
+            }
+            Err(e) => {
+                eprintln!("kvd: {e}");
+                std::process::exit(2);
+            }
+        },
     };
     let flags = Flags::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let cfg = match flags.validate() {
@@ -25,7 +39,23 @@ fn main() {
         }
     };
     log::init(&cfg.log);
-    for var in &env.unrecognized {
+    if let Some((path, unknown, ignored)) = file_note {
+        tracing::info!(
+            path = %path.display(),
+            "loaded server configuration, other configuration command line flags and \
+             environment variables will be ignored if provided"
+        );
+        if !ignored.is_empty() {
+            tracing::warn!(
+                "ignored because --config-file is given: {}",
+                ignored.join(", ")
+            );
+        }
+        for key in unknown {
+            tracing::warn!(path = %path.display(), "unknown key {key:?} in the config file, ignored");
+        }
+    }
+    for var in &env {
         // etcd 3.4's capnslog line, or etcd 3.5's zap message with the variable as a field.
         match cfg.log.format {
             config::LogFormat::Text => tracing::warn!("unrecognized environment variable {var}"),

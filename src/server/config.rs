@@ -17,6 +17,10 @@ use clap::Parser;
     about = "An etcd-compatible, Raft-replicated key-value store"
 )]
 pub struct Flags {
+    /// Path to a YAML configuration file (etcd's keys); with it, other flags and ETCD_*
+    /// variables are ignored.
+    #[arg(long, env = "ETCD_CONFIG_FILE")]
+    pub config_file: Option<PathBuf>,
     /// Human-readable name for this member.
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
     pub name: String,
@@ -96,10 +100,14 @@ pub struct Flags {
     /// Log level: debug, info, warn, error (etcd's panic and fatal mean error).
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    /// Deprecated in etcd 3.5: debug-level logging (use --log-level=debug).
+    #[arg(long, env = "ETCD_DEBUG", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub debug: bool,
     /// etcd's logger: capnslog (plain text lines, etcd 3.4's default) or zap (JSON lines).
     #[arg(long, env = "ETCD_LOGGER", default_value = "capnslog")]
     pub logger: String,
-    /// kvd's name for the same choice: text or json (wins over --logger).
+    /// The same choice by name: text (etcd 3.6: console) or json (wins over --logger).
     #[arg(long, env = "KVD_LOG_FORMAT")]
     pub log_format: Option<String>,
     /// Where logs go: default or stderr, or stdout (one of them; files are not supported).
@@ -278,8 +286,8 @@ pub struct Config {
     /// Certificates, versions and which listeners speak TLS.
     pub tls: super::config_tls::TlsConfig,
     // kubeadm's etcd command line (issue 19)
-    /// Settings accepted without effect (etcd feature gates kvd does not have), one message
-    /// each, for the binary to log once at start.
+    /// Settings accepted without effect (etcd feature gates kvd does not have) or deprecated
+    /// (`--debug`), one message each, for the binary to log once at start.
     pub without_effect: Vec<String>,
     // Memory budget (issue 20)
     /// How the storage engine is opened (`--experimental-backend-cache-bytes`).
@@ -452,9 +460,14 @@ impl LogConfig {
             l => return err(format!("--log-level: unknown level {l:?}")),
         };
         let format = match (format, logger) {
-            (Some("text"), _) | (None, "capnslog") => LogFormat::Text,
+            // etcd 3.6's --log-format calls the text form "console".
+            (Some("text" | "console"), _) | (None, "capnslog") => LogFormat::Text,
             (Some("json"), _) | (None, "zap") => LogFormat::Json,
-            (Some(f), _) => return err(format!("--log-format: expected text or json, got {f:?}")),
+            (Some(f), _) => {
+                return err(format!(
+                    "--log-format: expected text, console or json, got {f:?}"
+                ))
+            }
             (None, l) => return err(format!("--logger: expected capnslog or zap, got {l:?}")),
         };
         let output = match outputs {
@@ -733,7 +746,8 @@ impl Flags {
             max_request_bytes: self.max_request_bytes,
             max_txn_ops: self.max_txn_ops,
             log: LogConfig::new(
-                &self.log_level,
+                // etcd 3.4's capnslog logs at debug level with --debug, whatever --log-level.
+                if self.debug { "debug" } else { &self.log_level },
                 &self.logger,
                 self.log_format.as_deref(),
                 &self.log_outputs,
@@ -759,7 +773,16 @@ impl Flags {
             )?,
             force_new_cluster: self.force_new_cluster,
             tls,
-            without_effect: gates.without_effect,
+            without_effect: {
+                let mut w = gates.without_effect;
+                if self.debug {
+                    w.push(
+                        "--debug is deprecated (etcd 3.5 removed it): use --log-level=debug"
+                            .to_string(),
+                    );
+                }
+                w
+            },
             // Memory budget (issue 20)
             engine: crate::mvcc::EngineOptions {
                 cache_bytes: self.experimental_backend_cache_bytes,
@@ -956,6 +979,12 @@ mod tests {
         assert!(flags(&["--log-level=loud"]).is_err());
         assert!(flags(&["--logger=glog"]).is_err());
         assert!(flags(&["--log-outputs=/var/log/kvd.log"]).is_err());
+        // etcd 3.6's name for the text form, and etcd 3.4's deprecated --debug.
+        let c = flags(&["--logger=zap", "--log-format=console"]).unwrap();
+        assert_eq!(c.log.format, LogFormat::Text);
+        let c = flags(&["--debug", "--log-level=warn"]).unwrap();
+        assert_eq!(c.log.level, "debug");
+        assert!(c.without_effect[0].contains("--debug is deprecated"));
     }
 
     // Quota, alarms and corruption checks (issue 18)

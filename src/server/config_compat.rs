@@ -3,8 +3,8 @@
 //!
 //! Invariants:
 //! - No flag here changes what kvd does. Each entry says why it may be ignored; a flag whose
-//!   absence would be unsafe or surprising (`--discovery*`, `--proxy`, `--config-file`) is
-//!   not here and stays refused.
+//!   absence would be unsafe or surprising (`--discovery*`, `--proxy`) is not here and stays
+//!   refused.
 //! - Never silent: a flag given (on the command line or through its `ETCD_*` variable) with a
 //!   value other than the one kvd behaves as anyway is reported once, naming the flag, its
 //!   value and what kvd does instead ([`given`]; the binary logs each at warning level).
@@ -163,8 +163,15 @@ static IGNORED: &[Ignored] = &[
         Some("false"),
         "kvd does not lock its memory",
     ),
+    flag("memory-mlock", Bool, Some("false"), "kvd does not lock its memory"),
     flag(
         "experimental-bootstrap-defrag-threshold-megabytes",
+        Value,
+        None,
+        "kvd does not defragment at start",
+    ),
+    flag(
+        "bootstrap-defrag-threshold-megabytes",
         Value,
         None,
         "kvd does not defragment at start",
@@ -194,6 +201,18 @@ static IGNORED: &[Ignored] = &[
         "kvd checks downgrades on its own schedule",
     ),
     flag(
+        "downgrade-check-time",
+        Value,
+        None,
+        "kvd checks downgrades on its own schedule",
+    ),
+    flag(
+        "next-cluster-version-compatible",
+        Bool,
+        Some("false"),
+        "kvd has no cluster version to downgrade",
+    ),
+    flag(
         "experimental-wait-cluster-ready-timeout",
         Value,
         None,
@@ -204,6 +223,11 @@ static IGNORED: &[Ignored] = &[
     flag("experimental-distributed-tracing-service-name", Value, None, NO_TRACING),
     flag("experimental-distributed-tracing-instance-id", Value, None, NO_TRACING),
     flag("experimental-distributed-tracing-sampling-rate", Value, None, NO_TRACING),
+    flag("enable-distributed-tracing", Bool, Some("false"), NO_TRACING),
+    flag("distributed-tracing-address", Value, None, NO_TRACING),
+    flag("distributed-tracing-service-name", Value, None, NO_TRACING),
+    flag("distributed-tracing-instance-id", Value, None, NO_TRACING),
+    flag("distributed-tracing-sampling-rate", Value, None, NO_TRACING),
     flag(
         "socket-reuse-port",
         Bool,
@@ -218,6 +242,12 @@ static IGNORED: &[Ignored] = &[
     ),
     flag("enable-log-rotation", Bool, Some("false"), OWN_LOG_FILES),
     flag("log-rotation-config-json", Value, None, OWN_LOG_FILES),
+    flag(
+        "log-package-levels",
+        Value,
+        Some(""),
+        "kvd has one log level for the whole process (--log-level)",
+    ),
     flag(
         "cors",
         Value,

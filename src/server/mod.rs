@@ -21,6 +21,7 @@ mod compactor;
 pub mod config;
 pub mod config_compat;
 pub mod config_env;
+pub mod config_file;
 pub mod config_gates;
 pub mod config_tls;
 pub mod context;
