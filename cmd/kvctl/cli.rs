@@ -192,8 +192,49 @@ pub enum Command {
     User(UserArgs),
     /// Role related commands
     Role(RoleArgs),
+    /// Makes a mirror at the destination etcd cluster
+    MakeMirror(MakeMirrorArgs),
     /// Prints the version of etcdctl
     Version,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MakeMirrorArgs {
+    /// <destination>
+    pub destination: Vec<String>,
+    /// Key-value prefix to mirror
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// Specify the kv revision to start to mirror (etcdctl 3.6; 0: copy the keys first)
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_go_int)]
+    pub rev: i64,
+    /// Maximum number of operations permitted in a transaction during syncing updates
+    #[arg(long, default_value_t = 128)]
+    pub max_txn_ops: u32,
+    /// destination prefix to mirror a prefix to a different prefix in the destination cluster
+    #[arg(long, default_value = "")]
+    pub dest_prefix: String,
+    /// mirror key-values to the root of the destination cluster
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub no_dest_prefix: bool,
+    /// Identify secure client using this TLS certificate file for the destination cluster
+    #[arg(long, default_value = "")]
+    pub dest_cert: String,
+    /// Identify secure client using this TLS key file
+    #[arg(long, default_value = "")]
+    pub dest_key: String,
+    /// Verify certificates of TLS enabled secure servers using this CA bundle
+    #[arg(long, default_value = "")]
+    pub dest_cacert: String,
+    /// Disable transport security for client connections
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_parser = parse_go_bool)]
+    pub dest_insecure_transport: bool,
+    /// Destination username[:password] for authentication (prompt if password is not supplied)
+    #[arg(long, default_value = "")]
+    pub dest_user: String,
+    /// Destination password for authentication (if this option is used, --user option shouldn't include password)
+    #[arg(long, default_value = "")]
+    pub dest_password: String,
 }
 
 #[derive(Args, Debug)]

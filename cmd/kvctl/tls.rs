@@ -109,25 +109,37 @@ impl TlsSettings {
     /// Builds the settings from the global flags, failing as etcdctl's `TLSInfo.ClientConfig`
     /// does (exit code 128).
     pub fn from_args(g: &GlobalArgs) -> Result<TlsSettings, CliError> {
-        let any_file = !g.cert.is_empty() || !g.key.is_empty() || !g.cacert.is_empty();
-        let configured = if any_file || !g.insecure_transport {
-            if g.cert.is_empty() != g.key.is_empty() {
+        Self::from_files(
+            &g.cert,
+            &g.key,
+            &g.cacert,
+            g.insecure_transport,
+            g.insecure_skip_tls_verify,
+        )
+    }
+
+    /// The same from the individual settings (`make-mirror` has its own for the
+    /// destination).
+    pub fn from_files(
+        cert: &str,
+        key: &str,
+        cacert: &str,
+        insecure_transport: bool,
+        insecure_skip_tls_verify: bool,
+    ) -> Result<TlsSettings, CliError> {
+        let any_file = !cert.is_empty() || !key.is_empty() || !cacert.is_empty();
+        let configured = if any_file || !insecure_transport {
+            if cert.is_empty() != key.is_empty() {
                 return Err(CliError::bad_args(format!(
-                    "KeyFile and CertFile must both be present[key: {}, cert: {}]",
-                    g.key, g.cert
+                    "KeyFile and CertFile must both be present[key: {key}, cert: {cert}]"
                 )));
             }
-            let store = if g.cacert.is_empty() {
+            let store = if cacert.is_empty() {
                 system_roots()
             } else {
-                roots(&[g.cacert.as_str()])?
+                roots(&[cacert])?
             };
-            Some(Arc::new(build(
-                store,
-                &g.cert,
-                &g.key,
-                g.insecure_skip_tls_verify,
-            )?))
+            Some(Arc::new(build(store, cert, key, insecure_skip_tls_verify)?))
         } else {
             None
         };

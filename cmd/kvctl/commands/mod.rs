@@ -12,6 +12,7 @@ mod kv;
 mod lease;
 mod lock;
 mod member;
+mod mirror;
 mod role;
 mod session;
 mod snapshot;
@@ -138,6 +139,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         },
         Command::Lock(a) => lock::lock(&ctx, a).await,
         Command::Elect(a) => elect::elect(&ctx, a).await,
+        Command::MakeMirror(a) => mirror::make_mirror(&ctx, a).await,
         Command::Check(c) => match c.command {
             CheckCommand::Perf(a) => check_perf::perf(&ctx, a).await,
             CheckCommand::Disk(a) => check_disk::disk(&ctx, a).await,
