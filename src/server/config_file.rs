@@ -345,7 +345,7 @@ pub fn parse(text: &str) -> Result<FileArgs, ConfigError> {
             continue;
         }
         match KEYS.iter().find(|k| k.name == name) {
-            Some(key) => convert(key, value, "configYAML", "", &flags, &mut out.args)?,
+            Some(key) => convert(key, value, "configYAML", "", &flags, &mut out)?,
             None if flags.iter().any(|f| f == name) => {
                 // One of kvd's own flags (or an etcd flag etcd's file does not read, such as
                 // --client-crl-file): its value as the command line would give it.
@@ -387,7 +387,7 @@ fn convert(
     owner: &str,
     path: &str,
     flags: &[String],
-    args: &mut Vec<String>,
+    out: &mut FileArgs,
 ) -> Result<(), ConfigError> {
     let field = format!("{path}{}", key.name);
     let numeric = matches!(key.ty, Ty::Uint(..) | Ty::Int(_) | Duration);
@@ -457,9 +457,13 @@ fn convert(
                     if fields.is_empty() && !is_empty(v) {
                         return Err(unsupported(&field, key.name));
                     }
+                    if !fields.is_empty() {
+                        let name = scalar_text(name).unwrap_or_default();
+                        out.unknown.push(format!("{field}.{name}"));
+                    }
                     continue;
                 };
-                convert(sub, v, owner, &format!("{field}."), flags, args)?;
+                convert(sub, v, owner, &format!("{field}."), flags, out)?;
             }
             None
         }
@@ -478,7 +482,7 @@ fn convert(
     if text.is_empty() {
         return Ok(());
     }
-    args.push(format!("--{flag}={text}"));
+    out.args.push(format!("--{flag}={text}"));
     Ok(())
 }
 

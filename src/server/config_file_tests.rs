@@ -155,8 +155,12 @@ fn what_kvd_cannot_do_is_refused_and_unknown_keys_are_reported() {
         refused("client-transport-security:\n  client-cert-file: /c.crt\n")
             .contains("client-transport-security.client-cert-file")
     );
-    let f = parse("name: a\nnot-a-key: 1\nworker-threads: 2\nclient-crl-file: /crl.pem\n").unwrap();
-    assert_eq!(f.unknown, ["not-a-key"]);
+    let f = parse(
+        "name: a\nnot-a-key: 1\nworker-threads: 2\nclient-crl-file: /crl.pem\n\
+         peer-transport-security:\n  crl-file: /p.pem\n",
+    )
+    .unwrap();
+    assert_eq!(f.unknown, ["not-a-key", "peer-transport-security.crl-file"]);
     assert_eq!(
         f.args,
         [
