@@ -27,36 +27,8 @@ ETCDCTL=${ETCDCTL:-etcdctl}
 export ETCDCTL_API=3
 unset ETCDCTL_ENDPOINTS ETCDCTL_WRITE_OUT
 
-WORK=$(mktemp -d)
-declare -A PID
-cleanup() {
-    for n in "${!PID[@]}"; do
-        kill -9 "${PID[$n]}" 2>/dev/null
-    done
-    for n in "${!PID[@]}"; do
-        wait "${PID[$n]}" 2>/dev/null
-    done
-    if [[ ${KEEP_OUT:-} == 1 ]]; then
-        echo "work dir kept: $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-fail() {
-    echo "FAIL: $*" >&2
-    for n in "${!PID[@]}"; do
-        echo "--- log of $n (last 15 lines)" >&2
-        tail -n 15 "$WORK/$n.log" >&2
-    done
-    exit 1
-}
-step() { echo "== $*" >&2; }
-
-# shellcheck source=ports.sh
-source "$HERE/ports.sh"
+# shellcheck source=harness.sh
+source "$HERE/harness.sh"
 
 # start NAME BIN DATA_DIR [PEER_PORT]: a one-member server (etcd or kvd, same flags) on a fresh
 # client port and PEER_PORT (fresh if not given: a restored member must use the peer URL its
