@@ -167,3 +167,61 @@ async fn a_mirror_copies_then_follows_through_a_source_member_failure() {
     assert!(copied.contains_key(&b"after49"[..]));
     assert!(dump(&mut d, "/elsewhere").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_values_split_the_first_copy_and_a_compacted_start_ends_the_mirror() {
+    let src = Cluster::start(1).await;
+    let dst = Cluster::start(1).await;
+    let mut w = src.kv(0).await;
+    // 3.9 MiB of values in a single page: more than one destination txn may hold (1 MiB, and
+    // etcd's 1.5 MiB request limit), and a value of 1.4 MiB that must go alone.
+    for (i, kib) in [600, 300, 1400, 900, 700].into_iter().enumerate() {
+        let v = "v".repeat(kib << 10);
+        txn(&mut w, vec![put_op(&format!("/registry/big{i}"), &v)]).await;
+    }
+    let mirror = |args: &[&str]| {
+        let mut a = vec!["--endpoints".to_string(), src.members[0].client_url()];
+        a.push("make-mirror".into());
+        a.extend(args.iter().map(|s| s.to_string()));
+        a.push(dst.members[0].client_url());
+        Command::new(env!("CARGO_BIN_EXE_kvctl"))
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .args(a)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let _m = Mirror(mirror(&[
+        "--prefix",
+        "/registry/",
+        "--dest-prefix",
+        "/copy/",
+    ]));
+    let mut d = dst.kv(0).await;
+    converge(&mut w, &mut d, "large values").await;
+    drop(_m);
+
+    // Watching from a compacted revision: etcd's error, exit code 1.
+    let rev = w
+        .compact(kvd::proto::etcdserverpb::CompactionRequest {
+            revision: 4,
+            physical: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .header
+        .unwrap()
+        .revision;
+    assert!(rev >= 4);
+    let out = mirror(&["--rev", "2", "--prefix", "/registry/"])
+        .wait_with_output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("etcdserver: mvcc: required revision has been compacted"),
+        "{err}"
+    );
+}

@@ -179,11 +179,13 @@ impl Mirror {
             let mut ops = Vec::new();
             let mut bytes = 0;
             for item in &page.kvs {
-                if ops.len() == self.max_ops || bytes >= TXN_BYTES {
+                let size = item.key.len() + item.value.len();
+                // A key too large to share a txn goes alone (the source took it in one put).
+                if ops.len() == self.max_ops || (!ops.is_empty() && bytes + size > TXN_BYTES) {
                     self.apply(std::mem::take(&mut ops)).await?;
                     bytes = 0;
                 }
-                bytes += item.key.len() + item.value.len();
+                bytes += size;
                 ops.push(self.put(&item.key, &item.value));
             }
             self.apply(ops).await?;
