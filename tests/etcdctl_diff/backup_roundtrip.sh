@@ -30,31 +30,6 @@ unset ETCDCTL_ENDPOINTS ETCDCTL_WRITE_OUT
 # shellcheck source=harness.sh
 source "$HERE/harness.sh"
 
-# start NAME BIN DATA_DIR [PEER_PORT]: a one-member server (etcd or kvd, same flags) on a fresh
-# client port and PEER_PORT (fresh if not given: a restored member must use the peer URL its
-# restore was given); sets EP to its client endpoint once it answers. Not to be called in
-# $(...): the PID it records must reach cleanup.
-start() {
-    local n=$1 bin=$2 dir=$3 pp=${4:-}
-    local cp
-    cp=$(free_port)
-    [[ -n $pp ]] || pp=$(free_port)
-    "$bin" --name "$n" --data-dir "$dir" \
-        --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
-        --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
-        --initial-cluster "$n=http://127.0.0.1:$pp" >"$WORK/$n.log" 2>&1 &
-    PID[$n]=$!
-    local ep="127.0.0.1:$cp" ready=("$ETCDCTL" --endpoints "127.0.0.1:$cp" --command-timeout=1s)
-    # START_USER: the user to log in as when the store has auth on.
-    [[ -n ${START_USER:-} ]] && ready+=(--user "$START_USER")
-    for _ in $(seq 1 100); do
-        "${ready[@]}" get __none >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    "${ready[@]}" get __none >/dev/null 2>&1 || fail "$n did not start"
-    EP=$ep
-}
-
 # history EP: writes the same history to any server; the compaction is at revision 30.
 history() {
     local ep=$1 c=("$ETCDCTL" --endpoints "$1")

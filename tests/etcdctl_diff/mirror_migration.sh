@@ -27,24 +27,6 @@ unset ETCDCTL_ENDPOINTS ETCDCTL_WRITE_OUT
 # shellcheck source=harness.sh
 source "$HERE/harness.sh"
 
-# start NAME BIN: a one-member server (etcd or kvd, same flags); sets EP once it answers.
-start() {
-    local n=$1 bin=$2 cp pp
-    cp=$(free_port)
-    pp=$(free_port)
-    "$bin" --name "$n" --data-dir "$WORK/$n.data" \
-        --listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
-        --listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
-        --initial-cluster "$n=http://127.0.0.1:$pp" >"$WORK/$n.log" 2>&1 &
-    PID[$n]=$!
-    for _ in $(seq 1 100); do
-        "$ETCDCTL" --endpoints "127.0.0.1:$cp" --command-timeout=1s get __none >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    "$ETCDCTL" --endpoints "127.0.0.1:$cp" get __none >/dev/null 2>&1 || fail "$n did not start"
-    EP=127.0.0.1:$cp
-}
-
 # mirror NAME CTL SRC DST [ARGS...]: runs CTL make-mirror in the background.
 mirror() {
     local n=$1 ctl=$2 src=$3 dst=$4
@@ -120,9 +102,9 @@ change() {
 }
 
 step "etcd -> kvd: kvctl make-mirror and etcdctl make-mirror side by side"
-start etcd "$ETCD"
+start etcd "$ETCD" "$WORK/etcd.data"
 SRC=$EP
-start kvd "$KVD_BIN"
+start kvd "$KVD_BIN" "$WORK/kvd.data"
 DST=$EP
 load "$SRC"
 mirror kvctl-mirror "$KVCTL_BIN" "$SRC" "$DST" --prefix /registry/ --dest-prefix /by-kvctl/
@@ -140,7 +122,7 @@ echo "   $(dump "$SRC" /registry/ | python3 -c 'import json,sys; print(len(json.
 kill "${PID[kvctl-mirror]}" 2>/dev/null
 
 step "kvd -> etcd: kvctl make-mirror back to the root of a fresh etcd"
-start etcd2 "$ETCD"
+start etcd2 "$ETCD" "$WORK/etcd2.data"
 BACK=$EP
 mirror back "$KVCTL_BIN" "$DST" "$BACK" --prefix /by-kvctl/ --dest-prefix /registry/
 converge "$SRC" "$BACK" /registry/ "back to etcd"
