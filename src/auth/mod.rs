@@ -18,4 +18,4 @@ pub mod token;
 pub mod token_jwt;
 
 pub use error::AuthError;
-pub use store::{AuthInfo, AuthStore, META_AUTH_PREFIX, ROOT};
+pub use store::{AuthInfo, AuthStore, KeyCheck, META_AUTH_PREFIX, ROOT};

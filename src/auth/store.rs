@@ -43,6 +43,32 @@ pub struct AuthInfo {
     pub revision: u64,
 }
 
+/// A permission decision taken at one auth state, applied to keys later
+/// ([`AuthStore::key_check`]).
+#[derive(Clone, Debug)]
+pub struct KeyCheck(Verdict);
+
+#[derive(Clone, Debug)]
+enum Verdict {
+    /// Auth is off, or the user has the root role.
+    Any,
+    /// Every key is refused with this error (no identity, a stale token, no such user).
+    Refuse(AuthError),
+    Perms(Arc<UserPerms>),
+}
+
+impl KeyCheck {
+    /// Whether the range `[key, range_end)` may be read (or written, if `write`).
+    pub fn check(&self, key: &[u8], range_end: &[u8], write: bool) -> Result<(), AuthError> {
+        match &self.0 {
+            Verdict::Any => Ok(()),
+            Verdict::Refuse(e) => Err(*e),
+            Verdict::Perms(p) if p.permits(key, range_end, write) => Ok(()),
+            Verdict::Perms(_) => Err(AuthError::PermissionDenied),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     enabled: bool,
@@ -194,22 +220,28 @@ impl AuthStore {
         range_end: &[u8],
         write: bool,
     ) -> Result<(), AuthError> {
+        self.key_check(ai).check(key, range_end, write)
+    }
+
+    /// What `ai` may do at the current auth state, decided once and kept: checked later
+    /// against keys it does not know yet, it answers as [`Self::check_op`] would have now.
+    pub fn key_check(&self, ai: Option<&AuthInfo>) -> KeyCheck {
         let s = self.read();
         if !s.enabled {
-            return Ok(());
+            return KeyCheck(Verdict::Any);
         }
         let ai = match ai {
             Some(ai) if ai.revision != 0 => ai,
-            _ => return Err(AuthError::UserEmpty),
+            _ => return KeyCheck(Verdict::Refuse(AuthError::UserEmpty)),
         };
         if ai.revision < s.revision {
-            return Err(AuthError::AuthOldRevision);
+            return KeyCheck(Verdict::Refuse(AuthError::AuthOldRevision));
         }
         let Some(u) = s.users.get(&ai.username) else {
-            return Err(AuthError::PermissionDenied);
+            return KeyCheck(Verdict::Refuse(AuthError::PermissionDenied));
         };
         if has_root_role(u) {
-            return Ok(());
+            return KeyCheck(Verdict::Any);
         }
         let perms = {
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -222,15 +254,9 @@ impl AuthStore {
                 })
                 .clone()
         };
-        if perms.permits(key, range_end, write) {
-            Ok(())
-        } else {
-            Err(AuthError::PermissionDenied)
-        }
+        KeyCheck(Verdict::Perms(perms))
     }
 
-    /// etcd's lease checks (checkLeaseRevoke, checkLeaseTimeToLive): a user, and unless an
-    /// admin, write (revoke) or read (time to live) on every key attached to the lease.
     pub fn check_lease(
         &self,
         ai: Option<&AuthInfo>,
@@ -286,13 +312,10 @@ impl AuthStore {
     }
 
     /// The apply-time check of a client write (etcd's authApplierV3), with the proposer's
-    /// identity from the entry. `lease_keys` lists the keys attached to a lease. Server-made
-    /// entries (lease expiry, compaction, alarms, publish) are not checked.
-    pub fn check_entry(
-        &self,
-        req: &InternalRequest,
-        lease_keys: impl Fn(i64) -> Vec<Vec<u8>>,
-    ) -> Result<(), AuthError> {
+    /// identity from the entry. Server-made entries (lease expiry, compaction, alarms,
+    /// publish) are not checked. A lease revoke is checked against the keys its lease holds
+    /// when it applies, which only the store knows then: [`Self::revoke_check`].
+    pub fn check_entry(&self, req: &InternalRequest) -> Result<(), AuthError> {
         use internal_request::Request as R;
         let ai = AuthInfo {
             username: req.username.clone(),
@@ -314,20 +337,24 @@ impl AuthStore {
                 self.check_op(ai, &d.key, &d.range_end, true)
             }
             Some(R::Txn(t)) => self.check_txn(ai, t),
-            Some(R::LeaseRevoke(r)) => {
-                if !self.is_enabled() {
-                    return Ok(());
-                }
-                for k in lease_keys(r.id) {
-                    self.check_op(ai, &k, &[], true)?;
-                }
-                Ok(())
-            }
             Some(R::Auth(a)) => match &a.request {
                 Some(auth_request::Request::Authenticate(_)) | None => Ok(()),
                 Some(_) => self.check_admin(ai),
             },
             _ => Ok(()),
+        }
+    }
+
+    /// For a client's lease revoke entry: the check of each key its lease holds, taken at
+    /// this point of the log (etcd's checkLeasePuts: write permission on every key; a lease
+    /// without keys needs none). `None` for any other entry.
+    pub fn revoke_check(&self, req: &InternalRequest) -> Option<KeyCheck> {
+        match &req.request {
+            Some(internal_request::Request::LeaseRevoke(_)) => Some(self.key_check(Some(&AuthInfo {
+                username: req.username.clone(),
+                revision: req.auth_revision,
+            }))),
+            _ => None,
         }
     }
 

@@ -25,7 +25,7 @@ use super::index::{Found, KeyIndex, Query, Record, Revision};
 use super::key_range::KeyRange;
 use super::pending::Layer;
 use super::request::{WriteRequest, WriteResponse};
-use super::view::{lease_keys_in, leases_keys_in, live_kvs, range_at, Applied, View};
+use super::view::{live_kvs, range_at, Applied, View};
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use crate::proto::etcdserverpb::request_op::Request;
 use crate::proto::etcdserverpb::response_op::Response;
@@ -49,6 +49,8 @@ enum Undo {
     IdxPush(Vec<u8>),
     Rev(Revision, Option<Option<Vec<u8>>>),
     Lease(i64, Option<Option<i64>>),
+    /// The key's lease in the lease index before a change.
+    KeyLease(Vec<u8>, i64),
 }
 
 /// Where the revision counter stands inside one write request.
@@ -166,6 +168,14 @@ impl<'a> Batch<'a> {
         life
     }
 
+    /// Records in the lease index that `key` now carries `lease` (0: none or deleted).
+    fn set_key_lease(&mut self, key: &[u8], lease: i64) {
+        let old = self.applied.leases.set(key, lease);
+        if old != lease {
+            self.undo.push(Undo::KeyLease(key.to_vec(), old));
+        }
+    }
+
     fn set_rev(&mut self, rev: Revision, rec: &Record) {
         let old = self.rev.insert(rev, Some(rec.encode()));
         self.undo.push(Undo::Rev(rev, old));
@@ -173,10 +183,15 @@ impl<'a> Batch<'a> {
 
     /// Applies one request; on error the overlay, index and counters are as before the
     /// call.
-    pub fn apply_one(&mut self, req: &WriteRequest) -> Result<WriteResponse, MvccError> {
+    /// `may_delete` is asked for each key a [`WriteRequest::LeaseRevoke`] would delete.
+    pub fn apply_one(
+        &mut self,
+        req: &WriteRequest,
+        may_delete: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<WriteResponse, MvccError> {
         let (cur, compacted) = (self.cur, self.compacted);
         let mark = self.undo.len();
-        let res = self.dispatch(req);
+        let res = self.dispatch(req, may_delete);
         if res.is_err() {
             self.rollback_to(mark);
             self.cur = cur;
@@ -211,11 +226,18 @@ impl<'a> Batch<'a> {
                 Undo::Lease(id, None) => {
                     self.leases.remove(&id);
                 }
+                Undo::KeyLease(k, old) => {
+                    self.applied.leases.set(&k, old);
+                }
             }
         }
     }
 
-    fn dispatch(&mut self, req: &WriteRequest) -> Result<WriteResponse, MvccError> {
+    fn dispatch(
+        &mut self,
+        req: &WriteRequest,
+        may_delete: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<WriteResponse, MvccError> {
         Ok(match req {
             WriteRequest::Put(p) => {
                 let mut ctx = self.ctx();
@@ -233,7 +255,9 @@ impl<'a> Batch<'a> {
             WriteRequest::Txn(t) => WriteResponse::Txn(self.txn(t)?),
             WriteRequest::Compact(c) => WriteResponse::Compact(self.compact(c)?),
             WriteRequest::LeaseGrant(g) => WriteResponse::LeaseGrant(self.lease_grant(g)?),
-            WriteRequest::LeaseRevoke(r) => WriteResponse::LeaseRevoke(self.lease_revoke(r)?),
+            WriteRequest::LeaseRevoke(r) => {
+                WriteResponse::LeaseRevoke(self.lease_revoke(r, may_delete)?)
+            }
             WriteRequest::LeaseRevokeMany(ids) => {
                 WriteResponse::LeaseRevoke(self.lease_revoke_many(ids)?)
             }
@@ -260,30 +284,34 @@ impl<'a> Batch<'a> {
 
     /// Deletes every key attached to the lease as one revision (one event batch for
     /// watchers, like etcd's revoke txn), then forgets the lease.
-    fn lease_revoke(&mut self, req: &LeaseRevokeRequest) -> Result<LeaseRevokeResponse, MvccError> {
+    fn lease_revoke(
+        &mut self,
+        req: &LeaseRevokeRequest,
+        may_delete: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<LeaseRevokeResponse, MvccError> {
+        let keys = self.applied.leases.keys(req.id);
+        // etcd checks the proposer's permission on the lease's keys before it looks the
+        // lease up for the revoke itself.
+        if !keys.iter().all(|k| may_delete(k)) {
+            return Err(MvccError::RevokeRefused);
+        }
         if self.lease_ttl(req.id)?.is_none() {
             return Err(MvccError::LeaseNotFound);
         }
-        let keys = lease_keys_in(&*self, self.cur, req.id)?;
         self.revoke_with_keys(req.id, keys)?;
         Ok(LeaseRevokeResponse {
             header: header(self.cur),
         })
     }
 
-    /// [`WriteRequest::LeaseRevokeMany`]. One scan finds every listed lease's keys: the
-    /// revokes only delete, so no key changes lease between the scan and its revoke.
+    /// [`WriteRequest::LeaseRevokeMany`]: each listed lease that exists, once, in list order.
     fn lease_revoke_many(&mut self, ids: &[i64]) -> Result<LeaseRevokeResponse, MvccError> {
-        let mut live = Vec::with_capacity(ids.len());
         let mut seen = std::collections::HashSet::with_capacity(ids.len());
         for &id in ids {
             if seen.insert(id) && self.lease_ttl(id)?.is_some() {
-                live.push(id);
+                let keys = self.applied.leases.keys(id);
+                self.revoke_with_keys(id, keys)?;
             }
-        }
-        let mut keys = leases_keys_in(&*self, self.cur, &live.iter().copied().collect())?;
-        for id in live {
-            self.revoke_with_keys(id, keys.remove(&id).unwrap_or_default())?;
         }
         Ok(LeaseRevokeResponse {
             header: header(self.cur),
@@ -369,6 +397,7 @@ impl<'a> Batch<'a> {
                 _ => req.lease,
             },
         };
+        self.set_key_lease(&kv.key, kv.lease);
         self.set_rev(
             rev,
             &Record {
@@ -408,6 +437,7 @@ impl<'a> Batch<'a> {
         for k in victims {
             let rev = ctx.next();
             self.push_idx(&k, rev, true);
+            self.set_key_lease(&k, 0);
             self.set_rev(
                 rev,
                 &Record {

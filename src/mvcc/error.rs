@@ -45,6 +45,10 @@ pub enum MvccError {
     /// Unknown sort order or sort target.
     #[error("etcdserver: invalid sort option")]
     InvalidSortOption,
+    /// A lease revoke whose caller's guard refused one of the keys the lease holds at that
+    /// point of the batch ([`super::MvccStore::apply_guarded`]); the caller knows why.
+    #[error("etcdserver: permission denied")]
+    RevokeRefused,
     /// The caller tried to write a meta key in the prefix reserved for the MVCC layer.
     #[error("kvd: mvcc: meta key {0:?} is reserved")]
     ReservedMetaKey(Vec<u8>),
@@ -69,6 +73,7 @@ impl MvccError {
             MvccError::LeaseExists => ErrorCode::LeaseExists,
             MvccError::NoLeaseId => ErrorCode::NoLeaseId,
             MvccError::InvalidSortOption => ErrorCode::InvalidSortOption,
+            MvccError::RevokeRefused => ErrorCode::PermissionDenied,
             MvccError::ReservedMetaKey(_) => ErrorCode::ReservedMetaKey,
             MvccError::Storage(_) => ErrorCode::Storage,
         }

@@ -45,13 +45,19 @@ impl MemIndex {
         self.map.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Replaces the whole index with one derived from the history tree.
-    pub fn rebuild(&self, engine: &StoreEngine) -> Result<(), MvccError> {
+    /// Replaces the whole index with one derived from the history tree, and tells
+    /// `on_record` each record's key and lease (0 for a tombstone) in revision order.
+    pub fn rebuild(
+        &self,
+        engine: &StoreEngine,
+        on_record: &mut dyn FnMut(&[u8], i64),
+    ) -> Result<(), MvccError> {
         let mut map: BTreeMap<IndexKey, KeyIndex> = BTreeMap::new();
         for item in engine.iter(Tree::Rev) {
             let (k, v) = item?;
             let r = Revision::from_bytes(&k)?;
             let rec = Record::decode(&v)?;
+            on_record(&rec.kv.key, if rec.tombstone { 0 } else { rec.kv.lease });
             let life = (rec.kv.create_revision, rec.kv.version);
             map.entry(IndexKey::from(rec.kv.key))
                 .or_default()

@@ -8,15 +8,15 @@
 //!   BE); value = one tombstone flag byte ++ prost-encoded `KeyValue`. Tombstones hold only
 //!   `key` and `mod_revision`.
 //! - [`LEASE_TREE`]: lease id (8 bytes BE) -> granted TTL in seconds (8 bytes BE). Which keys
-//!   a lease holds is not stored separately: it is the set of live keys whose current
-//!   `KeyValue.lease` is the id, so attaching (put), detaching (put without the lease,
-//!   delete) and revoking cannot disagree with the data.
+//!   a lease holds is not stored: it is the set of live keys whose current `KeyValue.lease`
+//!   is the id, kept in memory by [`lease_index`] in step with the key index and rebuilt
+//!   with it, so a revoke costs O(keys of its lease).
 //! - [`META_TREE`]: the current and compacted revision under keys starting with
 //!   [`RESERVED_META_PREFIX`], plus whatever the caller passes to [`MvccStore::apply`].
 //!
-//! Beside them, in memory only: the pending writes ([`pending`]), and the key index (user
+//! Beside them, in memory only: the pending writes ([`pending`]), the key index (user
 //! key -> generations of revisions, like etcd's `keyIndex`), so "the key's revision visible
-//! at R" needs no history scan. The index is rebuilt from the history on open and on
+//! at R" needs no history scan, and the lease index (lease -> its live keys). The index is rebuilt from the history on open and on
 //! snapshot load (see [`mem_index`]).
 //!
 //! # Invariants
@@ -69,6 +69,7 @@ mod hash;
 mod index;
 mod index_key;
 mod key_range;
+mod lease_index;
 mod load;
 mod mem_index;
 mod pending;
@@ -104,9 +105,10 @@ use apply::Batch;
 use engine::Tree;
 use index::{decode_i64, Query, Record};
 use key_range::KeyRange;
+use lease_index::LeaseIndex;
 use mem_index::MemIndex;
 use pending::{PendingWrites, MAX_PENDING};
-use view::{lease_keys_in, range_at, Applied, View};
+use view::{range_at, Applied, View};
 
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 use crate::proto::mvccpb::{event::EventType, Event, KeyValue};
@@ -142,6 +144,7 @@ pub struct Events {
 struct Inner {
     engine: StoreEngine,
     idx: MemIndex,
+    leases: LeaseIndex,
     pending: Arc<PendingWrites>,
     current: AtomicI64,
     compacted: AtomicI64,
@@ -298,6 +301,7 @@ impl MvccStore {
         let inner = Inner {
             engine,
             idx: MemIndex::default(),
+            leases: LeaseIndex::default(),
             pending: Arc::default(),
             current: AtomicI64::new(1),
             compacted: AtomicI64::new(NEVER_COMPACTED),
@@ -323,7 +327,7 @@ impl MvccStore {
     /// queued for deletion.
     fn rebuild_index(&self) -> Result<(), MvccError> {
         let i = &self.inner;
-        i.idx.rebuild(&i.engine)?;
+        i.leases.rebuild(|f| i.idx.rebuild(&i.engine, f))?;
         self.reload_counters()?;
         let compacted = self.compacted_revision();
         if compacted != NEVER_COMPACTED {
@@ -369,6 +373,7 @@ impl MvccStore {
     fn applied(&self) -> Applied<'_> {
         Applied {
             idx: &self.inner.idx,
+            leases: &self.inner.leases,
             engine: &self.inner.engine,
             pending: &self.inner.pending,
         }
@@ -410,6 +415,21 @@ impl MvccStore {
         reqs: &[WriteRequest],
         meta: &[(Vec<u8>, Option<Vec<u8>>)],
     ) -> Result<Vec<Result<WriteResponse, MvccError>>, MvccError> {
+        self.apply_guarded(reqs, meta, &mut |_, _| true)
+    }
+
+    /// [`Self::apply`], asking `may_delete(i, key)` before the [`WriteRequest::LeaseRevoke`]
+    /// at `reqs[i]` deletes `key`, for every key its lease holds at that point of the batch
+    /// (after the requests before it), in key order; one refusal fails the revoke with
+    /// [`MvccError::RevokeRefused`] and changes nothing. So a permission check on a lease's
+    /// keys sees exactly the keys that applying the log one entry at a time would show it,
+    /// however the log was cut into batches.
+    pub fn apply_guarded(
+        &self,
+        reqs: &[WriteRequest],
+        meta: &[(Vec<u8>, Option<Vec<u8>>)],
+        may_delete: &mut dyn FnMut(usize, &[u8]) -> bool,
+    ) -> Result<Vec<Result<WriteResponse, MvccError>>, MvccError> {
         if let Some((k, _)) = meta
             .iter()
             .find(|(k, _)| k.starts_with(RESERVED_META_PREFIX))
@@ -422,8 +442,8 @@ impl MvccStore {
         let old_compacted = self.compacted_revision();
         let mut batch = Batch::new(self.applied(), old_cur, &i.compacted);
         let mut out = Vec::with_capacity(reqs.len());
-        for r in reqs {
-            match batch.apply_one(r) {
+        for (n, r) in reqs.iter().enumerate() {
+            match batch.apply_one(r, &mut |key| may_delete(n, key)) {
                 Err(MvccError::Storage(e)) => {
                     batch.rollback(old_compacted);
                     return Err(MvccError::Storage(e));
@@ -724,12 +744,10 @@ impl MvccStore {
         Ok(all.into_iter().collect())
     }
 
-    /// The current keys attached to lease `id`, in key order.
-    pub fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, MvccError> {
-        let cur = self.current_revision();
-        let keys = lease_keys_in(&self.applied(), cur, id)?;
-        self.recheck_compacted(cur)?;
-        Ok(keys)
+    /// The live keys attached to lease `id`, in key order, from the lease index: O(keys of
+    /// the lease).
+    pub fn lease_keys(&self, id: i64) -> Vec<Vec<u8>> {
+        self.inner.leases.keys(id)
     }
 
     /// Writes the pending buffer to the engine now (the committer does so within

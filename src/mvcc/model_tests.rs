@@ -576,6 +576,18 @@ fn check_all_revisions(s: &MvccStore, m: &Model, ctx: &str) {
     }
 }
 
+/// The lease index lists, for each lease the generator uses, the live keys carrying it.
+fn check_lease_keys(s: &MvccStore, m: &Model, ctx: &str) {
+    for id in 1..=2 {
+        let want: Vec<Vec<u8>> = m.states[m.states.len() - 1]
+            .values()
+            .filter(|kv| kv.lease == id)
+            .map(|kv| kv.key.clone())
+            .collect();
+        assert_eq!(s.lease_keys(id), want, "{ctx}: keys of lease {id}");
+    }
+}
+
 fn run_seed(seed: u64, steps: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -597,6 +609,7 @@ fn run_seed(seed: u64, steps: usize) {
                 assert_eq!(s.get_meta(b"applied").unwrap(), Some(meta_val));
                 assert_eq!(s.current_revision(), m.cur(), "{ctx}");
                 assert_eq!(s.compacted_revision(), m.compacted, "{ctx}");
+                check_lease_keys(&s, &m, &ctx);
             }
             12..=16 => {
                 let req = gen_range(&mut rng, &m, false);
@@ -612,6 +625,7 @@ fn run_seed(seed: u64, steps: usize) {
                 (db, s) = open(dir.path());
                 assert_eq!(s.current_revision(), m.cur(), "{ctx}: reopen");
                 assert_eq!(s.compacted_revision(), m.compacted, "{ctx}: reopen");
+                check_lease_keys(&s, &m, &ctx);
             }
         }
     }
@@ -625,6 +639,7 @@ fn run_seed(seed: u64, steps: usize) {
     assert_eq!(s2.current_revision(), m.cur());
     assert_eq!(s2.compacted_revision(), m.compacted);
     check_all_revisions(&s2, &m, &format!("seed {seed} after load"));
+    check_lease_keys(&s2, &m, &format!("seed {seed} after load"));
 }
 
 #[test]

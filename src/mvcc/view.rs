@@ -6,13 +6,12 @@
 //!   is the only writer while it runs.
 //! - [`Applied`] reads the pending buffer before the engine (see [`super::pending`]).
 
-use std::collections::{HashMap, HashSet};
-
 use super::engine::{Engine, StoreEngine, Tree};
 use super::error::MvccError;
 use super::gosort;
 use super::index::{decode_i64, Found, KeyIndex, Query, Record, Revision};
 use super::key_range::KeyRange;
+use super::lease_index::LeaseIndex;
 use super::mem_index::MemIndex;
 use super::pending::PendingWrites;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
@@ -38,6 +37,7 @@ pub(crate) trait View {
 #[derive(Clone, Copy)]
 pub(crate) struct Applied<'a> {
     pub idx: &'a MemIndex,
+    pub leases: &'a LeaseIndex,
     pub engine: &'a StoreEngine,
     pub pending: &'a PendingWrites,
 }
@@ -196,28 +196,4 @@ pub(crate) fn range_at(
         more,
         count: count as i64,
     })
-}
-
-/// Live keys at `rev` whose value carries lease `id`. A full scan: leases are looked up by
-/// key rarely (revoke, time-to-live with keys), and no second index can go stale. Batched
-/// expiry revokes share one scan ([`leases_keys_in`]), so a lease storm is not one scan per
-/// lease.
-pub(crate) fn lease_keys_in(view: &dyn View, rev: i64, id: i64) -> Result<Vec<Vec<u8>>, MvccError> {
-    let mut by_lease = leases_keys_in(view, rev, &[id].into())?;
-    Ok(by_lease.remove(&id).unwrap_or_default())
-}
-
-/// Live keys at `rev` attached to each of `ids` (leases without keys are absent), each in
-/// key order; one scan.
-pub(crate) fn leases_keys_in(
-    view: &dyn View,
-    rev: i64,
-    ids: &HashSet<i64>,
-) -> Result<HashMap<i64, Vec<Vec<u8>>>, MvccError> {
-    let (kvs, _) = live_kvs(view, &KeyRange::From(Vec::new()), rev, 0, false)?;
-    let mut out = HashMap::<i64, Vec<Vec<u8>>>::new();
-    for kv in kvs.into_iter().filter(|kv| ids.contains(&kv.lease)) {
-        out.entry(kv.lease).or_default().push(kv.key);
-    }
-    Ok(out)
 }

@@ -28,7 +28,7 @@ fn too_deep() -> Command {
     Command(Bytes::from(vec![0x0b_u8; 100_000]))
 }
 
-async fn apply(sm: &mut StateMachine, cmds: Vec<Command>, first: u64) {
+pub(super) async fn apply(sm: &mut StateMachine, cmds: Vec<Command>, first: u64) {
     let entries: Vec<Result<EntryResponder<TypeConfig>, io::Error>> = cmds
         .into_iter()
         .enumerate()

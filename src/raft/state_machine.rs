@@ -55,7 +55,7 @@ use super::snapshot_file;
 use super::types::{
     Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
-use crate::auth::{AuthError, AuthStore, META_AUTH_PREFIX};
+use crate::auth::{AuthError, AuthStore, KeyCheck, META_AUTH_PREFIX};
 use crate::mvcc::failpoint::crash_point;
 use crate::mvcc::{
     Engine, EngineOptions, MvccError, MvccStore, StoreEngine, WriteRequest, WriteResponse,
@@ -437,6 +437,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // What each entry's proposer is answered: nothing to apply, a write request's result,
         // or the refusal of a command that does not decode.
         let mut reqs = Vec::new();
+        let mut revoke_checks: Vec<Option<KeyCheck>> = Vec::new();
         let mut slots: Vec<Slot> = Vec::with_capacity(batch.len());
         let mut meta = Vec::new();
         let mut membership: Option<StoredMembership> = None;
@@ -457,9 +458,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             continue;
                         }
                     };
-                    let mvcc = &self.shared.mvcc;
-                    let lease_keys = |id| mvcc.lease_keys(id).unwrap_or_default();
-                    if let Err(e) = self.shared.auth.check_entry(&req, lease_keys) {
+                    if let Err(e) = self.shared.auth.check_entry(&req) {
                         slots.push(Slot::Auth(Err(e)));
                         continue;
                     }
@@ -487,9 +486,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         };
                         let key = format!("{META_MEMBER_PREFIX}{member_id:016x}");
                         meta.push((key.into_bytes(), Some(encode(&attrs))));
-                    } else if let Some(w) = to_write_request(req) {
-                        slot = Slot::Request(reqs.len());
-                        reqs.push(w);
+                    } else {
+                        // Taken now, at this entry's auth state; asked when the revoke
+                        // applies, at its place among the batch's writes.
+                        let check = self.shared.auth.revoke_check(&req);
+                        if let Some(w) = to_write_request(req) {
+                            slot = Slot::Request(reqs.len());
+                            reqs.push(w);
+                            revoke_checks.push(check);
+                        }
                     }
                 }
                 EntryPayload::Membership(m) => {
@@ -512,10 +517,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if let Some(m) = &membership {
             meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
         }
+        let mut revoke_refusals: Vec<Option<AuthError>> = vec![None; reqs.len()];
+        let mut may_delete = |i: usize, key: &[u8]| match &revoke_checks[i] {
+            None => true,
+            Some(check) => match check.check(key, &[], true) {
+                Ok(()) => true,
+                Err(e) => {
+                    revoke_refusals[i] = Some(e);
+                    false
+                }
+            },
+        };
         let mut results = self
             .shared
             .mvcc
-            .apply(&reqs, &meta)
+            .apply_guarded(&reqs, &meta, &mut may_delete)
             .map_err(StoreError::from)?;
         let current = self.shared.mvcc.current_revision();
         // Before any responder fires: a client that got its grant can keep it alive at once.
@@ -577,11 +593,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             ..Default::default()
                         }
                     }
-                    Err(e) => InternalResponse {
-                        response: Some(internal_response::Response::Error(e.to_string())),
-                        revision: current,
-                        error_code: e.kind() as i32,
-                    },
+                    Err(e) => {
+                        let kind = match (&e, revoke_refusals[i].take()) {
+                            (crate::mvcc::MvccError::RevokeRefused, Some(a)) => {
+                                (a.to_string(), a.kind())
+                            }
+                            _ => (e.to_string(), e.kind()),
+                        };
+                        InternalResponse {
+                            response: Some(internal_response::Response::Error(kind.0)),
+                            revision: current,
+                            error_code: kind.1 as i32,
+                        }
+                    }
                 },
             };
             responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
@@ -757,3 +781,7 @@ mod apply_tests;
 #[cfg(test)]
 #[path = "install_tests.rs"]
 mod install_tests;
+
+#[cfg(test)]
+#[path = "determinism_tests.rs"]
+mod determinism_tests;

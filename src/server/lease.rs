@@ -80,11 +80,7 @@ pub fn time_to_live_local(
         Lookup::NotPrimary => return Err(peer_error::not_leader()),
     };
     let keys = if req.keys {
-        node.sm
-            .shared
-            .mvcc
-            .lease_keys(id)
-            .map_err(|e| Status::unavailable(e.to_string()))?
+        node.sm.shared.mvcc.lease_keys(id)
     } else {
         Vec::new()
     };
@@ -171,7 +167,7 @@ impl LeaseService {
         if !auth.is_enabled() {
             return Ok(());
         }
-        let keys = self.ctx.node.sm.store().lease_keys(id)?;
+        let keys = self.ctx.node.sm.store().lease_keys(id);
         Ok(auth.check_lease(ai, &keys, write)?)
     }
 }
@@ -261,8 +257,12 @@ impl Lease for LeaseService {
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         self.ctx.check_leader(req.metadata())?;
         let ai = self.ctx.auth_info(req.metadata(), req.extensions()).await?;
-        let r = req.into_inner();
-        self.check_lease(ai.as_ref(), r.id, false)?;
+        let mut r = req.into_inner();
+        // The permission check is on the keys the leader answers with, not on this member's
+        // view of the lease (which may lag): with auth on, the keys are always asked for.
+        let auth_on = self.ctx.node.sm.auth().is_enabled();
+        let wanted_keys = r.keys;
+        r.keys |= auth_on;
         let node = &self.ctx.node;
         let mut resp = on_leader(
             node,
@@ -273,6 +273,17 @@ impl Lease for LeaseService {
             },
         )
         .await?;
+        if auth_on {
+            self.ctx
+                .node
+                .sm
+                .auth()
+                .check_lease(ai.as_ref(), &resp.keys, false)
+                .map_err(ApiError::from)?;
+        }
+        if !wanted_keys {
+            resp.keys.clear();
+        }
         resp.header = self.ctx.header(self.ctx.current_revision());
         Ok(Response::new(resp))
     }
