@@ -43,6 +43,9 @@ const FRESH: u64 = u64::MAX / 2;
 struct Gen {
     rng: StdRng,
     leases: Vec<i64>,
+    /// The prefix most keys of the current entry use: the one its user may write, mostly,
+    /// so that most writes apply and the state grows.
+    prefer: u8,
 }
 
 fn entry(req: R, user: &str, auth_revision: u64) -> InternalRequest {
@@ -94,7 +97,11 @@ fn prelude() -> Vec<InternalRequest> {
 
 impl Gen {
     fn key(&mut self) -> Vec<u8> {
-        let p = [b'a', b'b'][self.rng.gen_range(0..2)];
+        let p = if self.rng.gen_bool(0.7) {
+            self.prefer
+        } else {
+            [b'a', b'b'][self.rng.gen_range(0..2)]
+        };
         vec![p, b'0' + self.rng.gen_range(0..4)]
     }
 
@@ -176,6 +183,11 @@ impl Gen {
 
     fn next(&mut self, index: u64) -> InternalRequest {
         let (user, rev) = self.user();
+        self.prefer = match user {
+            "alice" => b'a',
+            "bob" => b'b',
+            _ => [b'a', b'b'][self.rng.gen_range(0..2)],
+        };
         let r = match self.rng.gen_range(0..100) {
             0..=29 => R::Put(self.put()),
             30..=39 => {
@@ -261,6 +273,7 @@ fn log(seed: u64, n: usize) -> Vec<Command> {
     let mut g = Gen {
         rng: StdRng::seed_from_u64(seed),
         leases: Vec::new(),
+        prefer: b'a',
     };
     let mut out = prelude();
     while out.len() < n {
