@@ -1027,6 +1027,29 @@ fn put_lease(k: &str, lease: i64) -> WriteRequest {
     })
 }
 
+/// A revoke visits the keys of its lease, not every live key: with many keys in the store,
+/// revoking leases in a loop must not stall the applier.
+#[test]
+fn a_revoke_visits_only_the_keys_of_its_lease() {
+    let (_d, _db, s) = temp_store();
+    let reqs: Vec<_> = (0..5000)
+        .map(|i| WriteRequest::Put(put_req(&format!("k{i:05}"), "v")))
+        .collect();
+    s.apply(&reqs, &[]).unwrap();
+    one(&s, grant(9, 10)).unwrap();
+    one(&s, grant(8, 10)).unwrap();
+    one(&s, put_lease("k00007", 9)).unwrap();
+    one(&s, put_lease("z", 9)).unwrap();
+    let visited = || super::mem_index::tests::VISITED.with(|v| v.get());
+    let before = visited();
+    one(&s, revoke(8)).unwrap();
+    one(&s, revoke(9)).unwrap();
+    assert_eq!(s.lease_keys(9), Vec::<Vec<u8>>::new());
+    assert_eq!(get(&s, "z"), None);
+    let n = visited() - before;
+    assert!(n <= 8, "two revokes visited {n} keys of the index");
+}
+
 #[test]
 fn lease_grant_put_and_revoke_in_one_revision() {
     let (_d, _db, s) = temp_store();
