@@ -19,6 +19,7 @@ pub mod in_place;
 pub mod lessor;
 pub mod limits;
 pub mod links;
+pub mod log_format;
 pub mod log_store;
 pub mod network;
 pub mod node;
