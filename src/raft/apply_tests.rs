@@ -1,4 +1,5 @@
-//! Applying entries that do not decode: a no-op on every member, never a storage error.
+//! Applying entries this build cannot apply (they stop the apply, never skipped), and random
+//! accepted requests (they always apply).
 
 use bytes::Bytes;
 use futures::stream;
@@ -70,36 +71,66 @@ fn keys(sm: &StateMachine) -> Vec<(Vec<u8>, i64)> {
         .collect()
 }
 
+/// An entry this build cannot apply (it does not decode, or needs a newer log format) stops
+/// the apply before it: the entries before it in the batch are applied, it is not skipped, the
+/// member says why, and a restart (on a build that can apply it) goes on from there.
 #[tokio::test]
-async fn undecodable_entries_are_applied_as_no_ops_and_survive_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut sm = StateMachine::open(dir.path()).unwrap();
-    let garbage = Command(Bytes::from_static(b"\xff\xff\xff\xff"));
-    apply(
-        &mut sm,
-        vec![
-            put("a"),
-            garbage,
-            too_deep(),
-            put("b"),
-            Command(Bytes::new()),
-        ],
-        1,
-    )
-    .await;
-    assert_eq!(sm.last_applied().unwrap().map(|l| l.index), Some(5));
-    // The two bad entries took no revision: "a" at 2, "b" at 3.
-    assert_eq!(keys(&sm), vec![(b"a".to_vec(), 2), (b"b".to_vec(), 3)]);
-    apply(&mut sm, vec![put("c")], 6).await;
-    sm.shared.mvcc.flush().unwrap();
-    drop(sm);
+async fn an_entry_this_build_cannot_apply_stops_the_apply_before_it() {
+    let newer = || {
+        let req = InternalRequest {
+            request: Some(internal_request::Request::Put(PutRequest {
+                key: b"n".to_vec(),
+                ..Default::default()
+            })),
+            log_format: super::LOG_FORMAT + 1,
+            ..Default::default()
+        };
+        Command(Bytes::from(req.encode_to_vec()))
+    };
+    let cases: Vec<(&str, Command)> = vec![
+        ("garbage", Command(Bytes::from_static(b"\xff\xff\xff\xff"))),
+        ("too deep", too_deep()),
+        ("unknown kind", Command(Bytes::from_static(b"\x8a\x01\x00"))),
+        ("newer format", newer()),
+    ];
+    for (what, bad) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let sm = StateMachine::open(dir.path()).unwrap();
+        let mut stuck = sm.clone();
+        let cmds = vec![put("a"), bad, put("b")];
+        let entries: Vec<Result<EntryResponder<TypeConfig>, io::Error>> = cmds
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| Ok((Entry::new_normal(log_id::<TypeConfig>(1, 1, 1 + i as u64), c), None)))
+            .collect();
+        let applying = tokio::spawn(async move { stuck.apply(stream::iter(entries)).await });
+        for _ in 0..200 {
+            if sm.needs_upgrade().is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let why = sm.needs_upgrade().unwrap_or_else(|| panic!("{what}: apply did not stop"));
+        assert!(why.contains("log entry 2"), "{what}: {why}");
+        assert!(!applying.is_finished(), "{what}: a stopped apply waits for the member to stop");
+        assert_eq!(sm.last_applied().unwrap().map(|l| l.index), Some(1), "{what}");
+        assert_eq!(keys(&sm), vec![(b"a".to_vec(), 2)], "{what}: nothing past the stop");
+        sm.close();
+        assert!(applying.await.unwrap().is_err(), "{what}");
+        sm.shared.mvcc.flush().unwrap();
+        drop(sm);
 
-    let sm = reopen(dir.path()).expect("reopen");
-    assert_eq!(sm.last_applied().unwrap().map(|l| l.index), Some(6));
-    assert_eq!(
-        keys(&sm),
-        vec![(b"a".to_vec(), 2), (b"b".to_vec(), 3), (b"c".to_vec(), 4)]
-    );
+        // A newer build applies the entry (here: one that decodes) and goes on.
+        let mut sm = reopen(dir.path()).expect("reopen");
+        assert_eq!(sm.last_applied().unwrap().map(|l| l.index), Some(1), "{what}");
+        assert!(sm.needs_upgrade().is_none());
+        apply(&mut sm, vec![put("x"), put("b")], 2).await;
+        assert_eq!(
+            keys(&sm),
+            vec![(b"a".to_vec(), 2), (b"b".to_vec(), 4), (b"x".to_vec(), 3)],
+            "{what}"
+        );
+    }
 }
 
 #[test]

@@ -27,6 +27,14 @@ pub enum ProposeError {
     /// message unchanged.
     #[error("{1}")]
     Leader(tonic::Code, String),
+    /// The request needs a newer log format than the cluster's: some member runs an older
+    /// kvd. The message names what to do.
+    #[error("{0}")]
+    ClusterFormat(String),
+    /// This member stopped applying at an entry it cannot apply (see
+    /// `StateMachine::needs_upgrade`); the message says which and what to do.
+    #[error("{0}")]
+    NeedsUpgrade(String),
 }
 
 impl ProposeError {
@@ -39,6 +47,8 @@ impl ProposeError {
             ProposeError::LeaderChanged => ErrorCode::LeaderChanged,
             ProposeError::Internal(_) => ErrorCode::Internal,
             ProposeError::Leader(..) => ErrorCode::Unspecified,
+            ProposeError::ClusterFormat(_) => ErrorCode::ClusterFormat,
+            ProposeError::NeedsUpgrade(_) => ErrorCode::NeedsUpgrade,
         }
     }
 

@@ -6,6 +6,7 @@
 
 pub mod alarm_set;
 pub mod background;
+pub mod cluster_format;
 pub mod backup;
 pub mod commit_hold;
 pub mod dial;

@@ -23,7 +23,9 @@ use bytes::Bytes;
 use openraft::raft::ReadPolicy;
 use prost::Message;
 
+use super::cluster_format::PeerFormats;
 use super::commit_hold::CommitWaits;
+use super::log_format;
 pub use super::error::ProposeError;
 use super::forward_batch::{ForwardError, Forwarder};
 use super::log_store::LogStore;
@@ -36,6 +38,10 @@ use crate::proto::kvdpb::{ErrorCode, InternalRequest, InternalResponse, ReadInde
 
 /// How long a request waits for a leader, for its commit, or for a read index.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a request that needs a newer log format than the cluster's waits for the leader
+/// to raise it (it does within about a second of hearing every member) before it is refused.
+const FORMAT_GRACE: Duration = Duration::from_secs(3);
 
 /// A member's Raft node with its storage.
 #[derive(Clone)]
@@ -55,6 +61,8 @@ pub struct RaftNode {
     pub commit_waits: CommitWaits,
     /// Writes this member forwards to the leader, sent in batches under load.
     pub forwarder: Forwarder,
+    /// The log format each peer applies, as the prober hears it.
+    pub formats: PeerFormats,
 }
 
 impl RaftNode {
@@ -148,11 +156,61 @@ impl RaftNode {
         }
         PROPOSALS_PENDING.fetch_add(1, Relaxed);
         let _in_flight = InFlight;
-        let r = self.propose_inner(req).await;
+        let r = match self.admit(req).await {
+            Ok(req) => self.propose_inner(req).await,
+            Err(e) => Err(e),
+        };
         if r.is_err() {
             PROPOSALS_FAILED.fetch_add(1, Relaxed);
         }
         r
+    }
+
+    /// Replicates a request the caller has admitted itself (the cluster format's own raise).
+    pub(super) async fn propose_unchecked(
+        &self,
+        req: InternalRequest,
+    ) -> Result<InternalResponse, ProposeError> {
+        self.propose_inner(req).await
+    }
+
+    /// A request may enter the log only if every member can apply it: it is marked with the
+    /// log format it needs, which must not be newer than the cluster's. A cluster that is
+    /// still raising its format (a new cluster's first second) is given a moment.
+    async fn admit(&self, mut req: InternalRequest) -> Result<InternalRequest, ProposeError> {
+        if let Some(why) = self.sm.needs_upgrade() {
+            return Err(ProposeError::NeedsUpgrade(why.to_string()));
+        }
+        log_format::mark(&mut req);
+        let needed = log_format::needed(&req);
+        let until = Instant::now() + FORMAT_GRACE;
+        while needed > self.sm.cluster_format() {
+            if Instant::now() >= until {
+                return Err(self.format_refusal(needed));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(req)
+    }
+
+    /// Whether the cluster's log format allows entries of format `needed` now.
+    pub fn format_allows(&self, needed: u32) -> bool {
+        needed <= self.sm.cluster_format()
+    }
+
+    fn format_refusal(&self, needed: u32) -> ProposeError {
+        let behind = self.formats.behind(self, needed);
+        let who = if behind.is_empty() {
+            "the members that run an older kvd".to_string()
+        } else {
+            format!("member(s) {}", behind.join(", "))
+        };
+        ProposeError::ClusterFormat(format!(
+            "kvd: this request needs every member to apply log format {needed}, and the \
+             cluster's log format is {}: upgrade {who} to this kvd ({}) and retry",
+            self.sm.cluster_format(),
+            env!("CARGO_PKG_VERSION"),
+        ))
     }
 
     async fn propose_inner(&self, req: InternalRequest) -> Result<InternalResponse, ProposeError> {
@@ -259,8 +317,16 @@ impl RaftNode {
     /// the log index it was applied at.
     pub async fn propose_forwarded(
         &self,
-        req: InternalRequest,
+        mut req: InternalRequest,
     ) -> Result<(InternalResponse, u64), tonic::Status> {
+        // Checked by the forwarding member too, unless it is older than log formats.
+        log_format::mark(&mut req);
+        let needed = log_format::needed(&req);
+        if !self.format_allows(needed) {
+            return Err(Retry::into_peer_status(Retry::Fail(
+                self.format_refusal(needed),
+            )));
+        }
         let cmd = Command(Bytes::from(req.encode_to_vec()));
         self.write_local(cmd, REQUEST_TIMEOUT)
             .await
@@ -327,6 +393,9 @@ impl RaftNode {
     /// Blocks until a linearizable read may be served from this member's state machine.
     /// Concurrent callers share read-index rounds (see [`super::read_batch`]).
     pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        if let Some(why) = self.sm.needs_upgrade() {
+            return Err(ProposeError::NeedsUpgrade(why.to_string()));
+        }
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         let node = self.clone();
         let index = tokio::time::timeout(

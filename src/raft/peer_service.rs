@@ -288,7 +288,10 @@ impl Peer for PeerService {
             return Err(Status::failed_precondition("cluster ID mismatch"));
         }
         let removed = self.node.sm.is_removed(r.member_id).map_err(fatal)?;
-        Ok(Response::new(ProbeResponse { removed }))
+        Ok(Response::new(ProbeResponse {
+            removed,
+            log_format: super::log_format::LOG_FORMAT,
+        }))
     }
 
     async fn lease_keep_alive(

@@ -46,10 +46,13 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
         });
         for (id, r) in futures::future::join_all(probes).await {
             match r {
-                Ok(_) => links.ok(id),
+                Ok((_, format)) => {
+                    links.ok(id);
+                    node.formats.heard(id, format);
+                }
                 Err(f) => links.failed(id, f),
             }
-            if r == Ok(true) {
+            if matches!(r, Ok((true, _))) {
                 tracing::warn!(
                     peer = %format!("{id:x}"),
                     "a peer reports this member as removed from the cluster"
@@ -58,11 +61,16 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
                 return;
             }
         }
+        node.formats.raise_if_due(&node);
     }
 }
 
-/// One probe: `Ok(removed)` when the peer answered.
-async fn probe(node: &RaftNode, peer: &Member, cluster_id: u64) -> Result<bool, PeerFailure> {
+/// One probe: `Ok((removed, log format))` when the peer answered.
+async fn probe(
+    node: &RaftNode,
+    peer: &Member,
+    cluster_id: u64,
+) -> Result<(bool, u32), PeerFailure> {
     let mut c = node
         .channels
         .peer(peer)
@@ -72,7 +80,10 @@ async fn probe(node: &RaftNode, peer: &Member, cluster_id: u64) -> Result<bool, 
         member_id: node.id,
     });
     match tokio::time::timeout(PROBE_TIMEOUT, call).await {
-        Ok(Ok(r)) => Ok(r.into_inner().removed),
+        Ok(Ok(r)) => {
+            let r = r.into_inner();
+            Ok((r.removed, r.log_format))
+        }
         Ok(Err(s)) => Err(PeerFailure::of_status(&s)),
         Err(_) => Err(PeerFailure::Timeout),
     }

@@ -36,6 +36,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -49,6 +50,7 @@ use tokio::sync::watch;
 
 use super::alarm_set::{AlarmSet, META_ALARM_PREFIX};
 use super::error::StoreError;
+use super::log_format::{self, LOG_FORMAT, OLDEST_LOG_FORMAT};
 use super::log_store::{decode, encode};
 use super::snapshot_data::{LiveSnapshot, SnapshotData};
 use super::snapshot_file;
@@ -72,6 +74,8 @@ pub(super) const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
 pub(super) const META_MEMBERSHIP: &[u8] = b"raft/membership";
 const META_INSTALLING: &[u8] = b"raft/installing_snapshot";
 const META_MEMBER_PREFIX: &str = "member/";
+/// The cluster's log format (u32 little-endian); absent = format 1.
+const META_CLUSTER_FORMAT: &[u8] = b"cluster/log_format";
 /// `removed/<id>`: a member that was in a configuration and is not any more (etcd's
 /// `members/removed`). Ids are never reused, so the mark is permanent.
 const META_REMOVED_PREFIX: &str = "removed/";
@@ -110,6 +114,12 @@ pub struct SmShared {
     /// Held for writing by a defragmentation; applies, snapshot builds and installs take it
     /// for reading first (see `defrag`).
     defrag_gate: Arc<tokio::sync::RwLock<()>>,
+    /// The cluster's log format, as the applied state holds it.
+    cluster_format: AtomicU32,
+    /// Why this member stopped applying, once it met an entry it cannot apply.
+    needs_upgrade: std::sync::OnceLock<String>,
+    /// Set when the member stops: a stopped apply gives up waiting.
+    closing: watch::Sender<bool>,
 }
 
 #[derive(Clone)]
@@ -157,11 +167,15 @@ impl StateMachine {
                 auth: AuthStore::default(),
                 db_dir: std::sync::Mutex::new(db_dir),
                 defrag_gate: Arc::new(tokio::sync::RwLock::new(())),
+                cluster_format: AtomicU32::new(OLDEST_LOG_FORMAT),
+                needs_upgrade: std::sync::OnceLock::new(),
+                closing: watch::channel(false).0,
             }),
         };
         sm.repair_from_snapshot()?;
         sm.reload_alarms()?;
         sm.reload_auth()?;
+        sm.reload_cluster_format()?;
         let applied = sm.last_applied()?.map_or(0, |l| l.index);
         sm.shared.applied_tx.send_replace(applied);
         Ok(sm)
@@ -203,6 +217,234 @@ impl StateMachine {
         let stored = self.shared.mvcc.meta_scan(META_AUTH_PREFIX.as_bytes())?;
         self.shared.auth.load(&stored);
         Ok(())
+    }
+
+    fn reload_cluster_format(&self) -> Result<(), StoreError> {
+        let f = match self.shared.mvcc.get_meta(META_CLUSTER_FORMAT)? {
+            Some(b) => u32::from_le_bytes(b.as_slice().try_into().map_err(|_| {
+                StoreError::Decode {
+                    what: "cluster log format".into(),
+                    reason: format!("{} bytes", b.len()),
+                }
+            })?),
+            None => OLDEST_LOG_FORMAT,
+        };
+        self.shared.cluster_format.store(f, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The cluster's log format: a leader proposes no entry that needs a newer one.
+    pub fn cluster_format(&self) -> u32 {
+        self.shared.cluster_format.load(Ordering::SeqCst)
+    }
+
+    /// Why this member stopped applying (it met a committed entry it cannot apply), if it did:
+    /// it serves no reads or writes until it is restarted on a newer kvd, which applies the
+    /// entry and goes on. It keeps its log and data, and takes part in Raft meanwhile.
+    pub fn needs_upgrade(&self) -> Option<&str> {
+        self.shared.needs_upgrade.get().map(String::as_str)
+    }
+
+    /// Applies a batch whose normal entries all decoded to requests this build applies
+    /// (`decoded[i]` is entry i's request, `None` for blank and membership entries).
+    async fn apply_decoded(
+        &mut self,
+        batch: Vec<EntryResponder<TypeConfig>>,
+        decoded: Vec<Option<InternalRequest>>,
+    ) -> Result<(), io::Error> {
+        // A defragmentation pauses applies (awaited: no runtime thread blocks).
+        let _defrag = self.shared.defrag_gate.read().await;
+        let Some(last) = batch.last().map(|(e, _)| e.log_id()) else {
+            return Ok(());
+        };
+
+        // What each entry's proposer is answered: nothing to apply, a write request's result,
+        // or a refusal.
+        let mut reqs = Vec::new();
+        let mut revoke_checks: Vec<Option<KeyCheck>> = Vec::new();
+        let mut slots: Vec<Slot> = Vec::with_capacity(batch.len());
+        let mut meta = Vec::new();
+        let mut membership: Option<StoredMembership> = None;
+        let mut cluster_format = None;
+        for ((entry, _), req) in batch.iter().zip(decoded) {
+            let mut slot = Slot::Empty;
+            match &entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(_) => {
+                    let req = req.expect("a normal entry is decoded");
+                    if let Err(e) = self.shared.auth.check_entry(&req) {
+                        slots.push(Slot::Auth(Err(e)));
+                        continue;
+                    }
+                    if let Some(refused) = self.shared.alarms.refusal(&req) {
+                        slots.push(Slot::Refused(refused.0, refused.1));
+                        continue;
+                    }
+                    if let Some(internal_request::Request::Auth(ar)) = &req.request {
+                        let (res, writes) = self.shared.auth.apply(ar, entry.log_id().index);
+                        meta.extend(writes);
+                        slot = Slot::Auth(res);
+                    } else if let Some(internal_request::Request::Alarm(ar)) = &req.request {
+                        let (resp, write) = self.shared.alarms.apply(ar);
+                        meta.extend(write);
+                        slot = Slot::Alarm(resp);
+                    } else if let Some(internal_request::Request::ClusterFormat(c)) = &req.request {
+                        meta.push((
+                            META_CLUSTER_FORMAT.to_vec(),
+                            Some(c.format.to_le_bytes().to_vec()),
+                        ));
+                        cluster_format = Some(c.format);
+                    } else if let Some(internal_request::Request::Publish(MemberAttributes {
+                        member_id,
+                        name,
+                        client_urls,
+                    })) = &req.request
+                    {
+                        let attrs = MemberAttrs {
+                            name: name.clone(),
+                            client_urls: client_urls.clone(),
+                        };
+                        let key = format!("{META_MEMBER_PREFIX}{member_id:016x}");
+                        meta.push((key.into_bytes(), Some(encode(&attrs))));
+                    } else {
+                        // Taken now, at this entry's auth state; asked when the revoke
+                        // applies, at its place among the batch's writes.
+                        let check = self.shared.auth.revoke_check(&req);
+                        if let Some(w) = to_write_request(req) {
+                            slot = Slot::Request(reqs.len());
+                            reqs.push(w);
+                            revoke_checks.push(check);
+                        }
+                    }
+                }
+                EntryPayload::Membership(m) => {
+                    // Members of the previous configuration missing from this one are removed.
+                    let prev = match &membership {
+                        Some(p) => p.clone(),
+                        None => self.membership()?,
+                    };
+                    let prev: Vec<NodeId> = prev.membership().nodes().map(|(id, _)| *id).collect();
+                    for id in prev.into_iter().filter(|id| m.get_node(id).is_none()) {
+                        let key = format!("{META_REMOVED_PREFIX}{id:016x}");
+                        meta.push((key.into_bytes(), Some(Vec::new())));
+                    }
+                    membership = Some(StoredMembership::new(Some(entry.log_id()), m.clone()));
+                }
+            }
+            slots.push(slot);
+        }
+        meta.push((META_LAST_APPLIED.to_vec(), Some(encode(&Some(last)))));
+        if let Some(m) = &membership {
+            meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
+        }
+        let mut revoke_refusals: Vec<Option<AuthError>> = vec![None; reqs.len()];
+        let mut may_delete = |i: usize, key: &[u8]| match &revoke_checks[i] {
+            None => true,
+            Some(check) => match check.check(key, &[], true) {
+                Ok(()) => true,
+                Err(e) => {
+                    revoke_refusals[i] = Some(e);
+                    false
+                }
+            },
+        };
+        let mut results = self
+            .shared
+            .mvcc
+            .apply_guarded(&reqs, &meta, &mut may_delete)
+            .map_err(StoreError::from)?;
+        let current = self.shared.mvcc.current_revision();
+        if let Some(f) = cluster_format {
+            self.shared.cluster_format.store(f, Ordering::SeqCst);
+            tracing::info!(format = f, "the cluster's log format is now {f}");
+        }
+        // Before any responder fires: a client that got its grant can keep it alive at once.
+        for (req, res) in reqs.iter().zip(&results) {
+            match (req, res) {
+                (WriteRequest::LeaseGrant(g), Ok(_)) => self.shared.lessor.granted(g.id, g.ttl),
+                (WriteRequest::LeaseRevoke(r), Ok(_)) => self.shared.lessor.revoked(r.id),
+                (WriteRequest::LeaseRevokeMany(ids), Ok(_)) => self.shared.lessor.revoked_all(ids),
+                _ => {}
+            }
+        }
+
+        for ((_, responder), slot) in batch.into_iter().zip(slots) {
+            let Some(responder) = responder else { continue };
+            let resp = match slot {
+                Slot::Empty => InternalResponse {
+                    response: None,
+                    revision: current,
+                    ..Default::default()
+                },
+                Slot::Alarm(a) => InternalResponse {
+                    response: Some(internal_response::Response::Alarm(a)),
+                    revision: current,
+                    ..Default::default()
+                },
+                Slot::Auth(Ok(token)) => InternalResponse {
+                    response: Some(internal_response::Response::Auth(AuthResponse {
+                        token: token.unwrap_or_default(),
+                    })),
+                    revision: current,
+                    ..Default::default()
+                },
+                Slot::Auth(Err(e)) => InternalResponse {
+                    response: Some(internal_response::Response::Error(e.to_string())),
+                    revision: current,
+                    error_code: e.kind() as i32,
+                },
+                Slot::Refused(code, msg) => InternalResponse {
+                    response: Some(internal_response::Response::Error(msg.to_string())),
+                    revision: current,
+                    error_code: code as i32,
+                },
+                Slot::Request(i) => match std::mem::replace(
+                    &mut results[i],
+                    Err(crate::mvcc::MvccError::Storage(String::new())),
+                ) {
+                    Ok(w) => {
+                        let (r, rev) = to_internal_response(w);
+                        InternalResponse {
+                            response: Some(r),
+                            revision: rev,
+                            ..Default::default()
+                        }
+                    }
+                    Err(e) => {
+                        let kind = match (&e, revoke_refusals[i].take()) {
+                            (crate::mvcc::MvccError::RevokeRefused, Some(a)) => {
+                                (a.to_string(), a.kind())
+                            }
+                            _ => (e.to_string(), e.kind()),
+                        };
+                        InternalResponse {
+                            response: Some(internal_response::Response::Error(kind.0)),
+                            revision: current,
+                            error_code: kind.1 as i32,
+                        }
+                    }
+                },
+            };
+            responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
+        }
+        self.shared.applied_tx.send_replace(last.index);
+        self.shared.revision_tx.send_replace(current);
+        Ok(())
+    }
+
+    /// Stops applying before an entry this build cannot apply, until the member stops: the
+    /// entry stays unapplied (a newer kvd applies it after a restart), never skipped.
+    async fn stop_applying(&self, why: String) -> Result<(), io::Error> {
+        tracing::error!("{why}");
+        let _ = self.shared.needs_upgrade.set(why.clone());
+        let mut closing = self.shared.closing.subscribe();
+        let _ = closing.wait_for(|c| *c).await;
+        Err(io::Error::other(why))
+    }
+
+    /// Ends a stopped apply's wait, as the member stops.
+    pub fn close(&self) {
+        self.shared.closing.send_replace(true);
     }
 
     /// The auth store (etcd's auth store).
@@ -328,6 +570,7 @@ impl StateMachine {
         self.shared.lessor.sync(&mvcc.leases()?);
         self.reload_alarms()?;
         self.reload_auth()?;
+        self.reload_cluster_format()?;
         let applied = meta.last_log_id.map_or(0, |l| l.index);
         self.shared.applied_tx.send_replace(applied);
         self.shared
@@ -343,8 +586,6 @@ enum Slot {
     Empty,
     /// The result of `reqs[i]`.
     Request(usize),
-    /// The command did not decode.
-    Undecodable,
     /// An alarm entry's answer.
     Alarm(AlarmResponse),
     /// An auth change's result, or a request the auth store refused at apply time.
@@ -353,17 +594,53 @@ enum Slot {
     Refused(ErrorCode, &'static str),
 }
 
-/// The answer to a proposer whose entry did not decode. Requests are validated (and their
-/// nesting bounded) before they are proposed, so this is reached only by an entry written by a
-/// member with other rules, or damaged in a way its checksum missed.
-const UNDECODABLE_ENTRY: &str = "etcdserver: request could not be applied: undecodable log entry";
-
 /// Decodes a log entry's command with the bound every member applies ([`depth::LOG_LIMIT`]).
 ///
-/// A failure is part of the replicated outcome, not a storage error: the entry is committed on
-/// a quorum, so stopping the member would stop it again on every restart, and every member,
-/// since each decodes the same bytes the same way. Such an entry is applied as a no-op that
-/// answers its proposer with an error, as a write a txn compare rejects changes nothing.
+/// Requests are validated (and their nesting bounded) before they are proposed, so a failure
+/// means an entry written by a newer kvd (or damaged in a way its checksum missed): the member
+/// stops applying there ([`decode_applicable`]) rather than skip it, which would make its data
+/// differ from that of members that apply it.
+/// The requests of the normal entries of `batch` (`None` for blank and membership entries), up
+/// to the first entry this build cannot apply, and why it cannot.
+fn decode_applicable(
+    batch: &[EntryResponder<TypeConfig>],
+) -> (Vec<Option<InternalRequest>>, Option<String>) {
+    let mut out = Vec::with_capacity(batch.len());
+    for (entry, _) in batch {
+        let EntryPayload::Normal(cmd) = &entry.payload else {
+            out.push(None);
+            continue;
+        };
+        let index = entry.log_id().index;
+        let req = match decode_command(cmd) {
+            Ok(req) => req,
+            Err(e) => {
+                let why = format!(
+                    "this member stopped applying at log entry {index}: it does not decode ({e}); \
+                     a newer kvd wrote it, or it is damaged. Restart this member on the kvd \
+                     version the other members run (this is kvd {} with log format \
+                     {LOG_FORMAT}); it keeps its data and log meanwhile",
+                    env!("CARGO_PKG_VERSION")
+                );
+                return (out, Some(why));
+            }
+        };
+        let needed = log_format::needed(&req);
+        if needed > LOG_FORMAT {
+            let why = format!(
+                "this member stopped applying at log entry {index}: it needs a kvd that applies \
+                 log format {needed}, and this is kvd {} with log format {LOG_FORMAT}. Restart \
+                 this member on the kvd version the other members run; it keeps its data and \
+                 log meanwhile",
+                env!("CARGO_PKG_VERSION")
+            );
+            return (out, Some(why));
+        }
+        out.push(Some(req));
+    }
+    (out, None)
+}
+
 fn decode_command(cmd: &Command) -> Result<InternalRequest, String> {
     if !depth::within(&cmd.0, depth::LOG_LIMIT) {
         return Err(format!("nested deeper than {} levels", depth::LOG_LIMIT));
@@ -382,7 +659,7 @@ fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
         R::LeaseGrant(g) => Some(WriteRequest::LeaseGrant(g)),
         R::LeaseRevoke(r) => Some(WriteRequest::LeaseRevoke(r)),
         R::LeaseRevokeMany(r) => Some(WriteRequest::LeaseRevokeMany(r.ids)),
-        R::Publish(_) | R::Alarm(_) | R::Auth(_) => None,
+        R::Publish(_) | R::Alarm(_) | R::Auth(_) | R::ClusterFormat(_) => None,
     }
 }
 
@@ -428,191 +705,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some(item) = entries.next().await {
             batch.push(item?);
         }
-        // A defragmentation pauses applies (awaited: no runtime thread blocks).
-        let _defrag = self.shared.defrag_gate.read().await;
-        let Some(last) = batch.last().map(|(e, _)| e.log_id()) else {
-            return Ok(());
-        };
-
-        // What each entry's proposer is answered: nothing to apply, a write request's result,
-        // or the refusal of a command that does not decode.
-        let mut reqs = Vec::new();
-        let mut revoke_checks: Vec<Option<KeyCheck>> = Vec::new();
-        let mut slots: Vec<Slot> = Vec::with_capacity(batch.len());
-        let mut meta = Vec::new();
-        let mut membership: Option<StoredMembership> = None;
-        for (entry, _) in &batch {
-            let mut slot = Slot::Empty;
-            match &entry.payload {
-                EntryPayload::Blank => {}
-                EntryPayload::Normal(cmd) => {
-                    let req = match decode_command(cmd) {
-                        Ok(req) => req,
-                        Err(e) => {
-                            tracing::error!(
-                                entry = %entry.log_id(),
-                                "skipping a log entry that does not decode ({e}); every member \
-                                 skips it"
-                            );
-                            slots.push(Slot::Undecodable);
-                            continue;
-                        }
-                    };
-                    if let Err(e) = self.shared.auth.check_entry(&req) {
-                        slots.push(Slot::Auth(Err(e)));
-                        continue;
-                    }
-                    if let Some(refused) = self.shared.alarms.refusal(&req) {
-                        slots.push(Slot::Refused(refused.0, refused.1));
-                        continue;
-                    }
-                    if let Some(internal_request::Request::Auth(ar)) = &req.request {
-                        let (res, writes) = self.shared.auth.apply(ar, entry.log_id().index);
-                        meta.extend(writes);
-                        slot = Slot::Auth(res);
-                    } else if let Some(internal_request::Request::Alarm(ar)) = &req.request {
-                        let (resp, write) = self.shared.alarms.apply(ar);
-                        meta.extend(write);
-                        slot = Slot::Alarm(resp);
-                    } else if let Some(internal_request::Request::Publish(MemberAttributes {
-                        member_id,
-                        name,
-                        client_urls,
-                    })) = &req.request
-                    {
-                        let attrs = MemberAttrs {
-                            name: name.clone(),
-                            client_urls: client_urls.clone(),
-                        };
-                        let key = format!("{META_MEMBER_PREFIX}{member_id:016x}");
-                        meta.push((key.into_bytes(), Some(encode(&attrs))));
-                    } else {
-                        // Taken now, at this entry's auth state; asked when the revoke
-                        // applies, at its place among the batch's writes.
-                        let check = self.shared.auth.revoke_check(&req);
-                        if let Some(w) = to_write_request(req) {
-                            slot = Slot::Request(reqs.len());
-                            reqs.push(w);
-                            revoke_checks.push(check);
-                        }
-                    }
-                }
-                EntryPayload::Membership(m) => {
-                    // Members of the previous configuration missing from this one are removed.
-                    let prev = match &membership {
-                        Some(p) => p.clone(),
-                        None => self.membership()?,
-                    };
-                    let prev: Vec<NodeId> = prev.membership().nodes().map(|(id, _)| *id).collect();
-                    for id in prev.into_iter().filter(|id| m.get_node(id).is_none()) {
-                        let key = format!("{META_REMOVED_PREFIX}{id:016x}");
-                        meta.push((key.into_bytes(), Some(Vec::new())));
-                    }
-                    membership = Some(StoredMembership::new(Some(entry.log_id()), m.clone()));
-                }
-            }
-            slots.push(slot);
-        }
-        meta.push((META_LAST_APPLIED.to_vec(), Some(encode(&Some(last)))));
-        if let Some(m) = &membership {
-            meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
-        }
-        let mut revoke_refusals: Vec<Option<AuthError>> = vec![None; reqs.len()];
-        let mut may_delete = |i: usize, key: &[u8]| match &revoke_checks[i] {
-            None => true,
-            Some(check) => match check.check(key, &[], true) {
-                Ok(()) => true,
-                Err(e) => {
-                    revoke_refusals[i] = Some(e);
-                    false
-                }
-            },
-        };
-        let mut results = self
-            .shared
-            .mvcc
-            .apply_guarded(&reqs, &meta, &mut may_delete)
-            .map_err(StoreError::from)?;
-        let current = self.shared.mvcc.current_revision();
-        // Before any responder fires: a client that got its grant can keep it alive at once.
-        for (req, res) in reqs.iter().zip(&results) {
-            match (req, res) {
-                (WriteRequest::LeaseGrant(g), Ok(_)) => self.shared.lessor.granted(g.id, g.ttl),
-                (WriteRequest::LeaseRevoke(r), Ok(_)) => self.shared.lessor.revoked(r.id),
-                (WriteRequest::LeaseRevokeMany(ids), Ok(_)) => self.shared.lessor.revoked_all(ids),
-                _ => {}
-            }
-        }
-
-        for ((_, responder), slot) in batch.into_iter().zip(slots) {
-            let Some(responder) = responder else { continue };
-            let resp = match slot {
-                Slot::Empty => InternalResponse {
-                    response: None,
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Undecodable => InternalResponse {
-                    response: Some(internal_response::Response::Error(
-                        UNDECODABLE_ENTRY.to_string(),
-                    )),
-                    revision: current,
-                    error_code: ErrorCode::UndecodableEntry as i32,
-                },
-                Slot::Alarm(a) => InternalResponse {
-                    response: Some(internal_response::Response::Alarm(a)),
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Auth(Ok(token)) => InternalResponse {
-                    response: Some(internal_response::Response::Auth(AuthResponse {
-                        token: token.unwrap_or_default(),
-                    })),
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Auth(Err(e)) => InternalResponse {
-                    response: Some(internal_response::Response::Error(e.to_string())),
-                    revision: current,
-                    error_code: e.kind() as i32,
-                },
-                Slot::Refused(code, msg) => InternalResponse {
-                    response: Some(internal_response::Response::Error(msg.to_string())),
-                    revision: current,
-                    error_code: code as i32,
-                },
-                Slot::Request(i) => match std::mem::replace(
-                    &mut results[i],
-                    Err(crate::mvcc::MvccError::Storage(String::new())),
-                ) {
-                    Ok(w) => {
-                        let (r, rev) = to_internal_response(w);
-                        InternalResponse {
-                            response: Some(r),
-                            revision: rev,
-                            ..Default::default()
-                        }
-                    }
-                    Err(e) => {
-                        let kind = match (&e, revoke_refusals[i].take()) {
-                            (crate::mvcc::MvccError::RevokeRefused, Some(a)) => {
-                                (a.to_string(), a.kind())
-                            }
-                            _ => (e.to_string(), e.kind()),
-                        };
-                        InternalResponse {
-                            response: Some(internal_response::Response::Error(kind.0)),
-                            revision: current,
-                            error_code: kind.1 as i32,
-                        }
-                    }
-                },
+        // The entries up to the first one this build cannot apply, decoded.
+        let (decoded, stop) = decode_applicable(&batch);
+        batch.truncate(decoded.len());
+        if batch.is_empty() {
+            return match stop {
+                Some(why) => self.stop_applying(why).await,
+                None => Ok(()),
             };
-            responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
         }
-        self.shared.applied_tx.send_replace(last.index);
-        self.shared.revision_tx.send_replace(current);
-        Ok(())
+        let applied = self.apply_decoded(batch, decoded).await;
+        match stop {
+            Some(why) if applied.is_ok() => self.stop_applying(why).await,
+            _ => applied,
+        }
     }
 
     async fn try_create_snapshot_builder(&mut self, _force: bool) -> Option<Self::SnapshotBuilder> {

@@ -43,7 +43,11 @@ impl ServerCtx {
     }
 
     /// Clients in require-leader mode send `hasleader=true`: fail fast without a leader.
+    /// A member that stopped applying (it needs a newer kvd) refuses every request first.
     pub fn check_leader(&self, md: &MetadataMap) -> Result<(), ApiError> {
+        if let Some(why) = self.node.sm.needs_upgrade() {
+            return Err(ApiError::NeedsUpgrade(why.to_string()));
+        }
         let wants = md.get("hasleader").and_then(|v| v.to_str().ok()) == Some("true");
         if wants && !self.node.has_leader() {
             return Err(ApiError::NoLeader);

@@ -82,6 +82,12 @@ pub enum ApiError {
     Unimplemented(String),
     #[error("etcdserver: {0}")]
     Internal(String),
+    /// See `ProposeError::ClusterFormat`.
+    #[error("{0}")]
+    ClusterFormat(String),
+    /// See `ProposeError::NeedsUpgrade`.
+    #[error("{0}")]
+    NeedsUpgrade(String),
 }
 
 impl ApiError {
@@ -116,6 +122,8 @@ impl ApiError {
             ApiError::Remote(..) => K::Unspecified,
             ApiError::Unimplemented(_) => K::Unimplemented,
             ApiError::Internal(_) => K::Internal,
+            ApiError::ClusterFormat(_) => K::ClusterFormat,
+            ApiError::NeedsUpgrade(_) => K::NeedsUpgrade,
         }
     }
 
@@ -229,6 +237,9 @@ pub fn grpc_code(kind: ErrorCode) -> Code {
         | K::PermissionNotGranted
         | K::AuthNotEnabled => Code::FailedPrecondition,
         K::PermissionDenied => Code::PermissionDenied,
+        // Like a member that is not ready: clients try another endpoint.
+        K::NeedsUpgrade => Code::Unavailable,
+        K::ClusterFormat => Code::FailedPrecondition,
         K::InvalidAuthToken => Code::Unauthenticated,
         K::NoLeaseId
         | K::InvalidSortOption
@@ -248,6 +259,8 @@ impl From<ProposeError> for ApiError {
             ProposeError::LeaderChanged => ApiError::LeaderChanged,
             ProposeError::Internal(s) => ApiError::Internal(s),
             ProposeError::Leader(code, msg) => ApiError::Remote(code, msg),
+            ProposeError::ClusterFormat(m) => ApiError::ClusterFormat(m),
+            ProposeError::NeedsUpgrade(m) => ApiError::NeedsUpgrade(m),
         }
     }
 }

@@ -349,6 +349,39 @@ async fn follow_leadership(node: &RaftNode) {
     }
 }
 
+/// Proposes the revokes of `ids`: one `LeaseRevokeMany` entry, or, while some member cannot
+/// apply that (the cluster's log format is older), one `LeaseRevoke` entry per lease, in
+/// order, as root (etcd's lessor revokes with root's identity too).
+async fn propose_revokes(node: &RaftNode, ids: Vec<i64>) -> Result<(), crate::raft::ProposeError> {
+    let many = InternalRequest {
+        request: Some(In::LeaseRevokeMany(LeaseRevokeManyRequest { ids })),
+        ..Default::default()
+    };
+    if node.format_allows(crate::raft::log_format::of_kind(&many)) {
+        return node.propose(many).await.map(|_| ());
+    }
+    let Some(In::LeaseRevokeMany(LeaseRevokeManyRequest { ids })) = many.request else {
+        unreachable!("built above")
+    };
+    let auth = node.sm.auth();
+    let (username, auth_revision) = if auth.is_enabled() {
+        (crate::auth::ROOT.to_string(), auth.revision())
+    } else {
+        (String::new(), 0)
+    };
+    for id in ids {
+        // A lease revoked meanwhile is answered "not found" in the response: nothing to do.
+        node.propose(InternalRequest {
+            request: Some(In::LeaseRevoke(LeaseRevokeRequest { id })),
+            username: username.clone(),
+            auth_revision,
+            ..Default::default()
+        })
+        .await?;
+    }
+    Ok(())
+}
+
 /// Proposes the revokes of expired leases, [`REVOKE_BATCH`] per entry, one entry at a time,
 /// [`REVOKE_PAUSE`] apart. One batch in flight bounds what a storm adds to the log and to
 /// memory, and client writes queue behind at most one batch.
@@ -374,11 +407,7 @@ async fn revoke_expired(node: &RaftNode) {
             continue;
         }
         let n = ids.len();
-        let req = InternalRequest {
-            request: Some(In::LeaseRevokeMany(LeaseRevokeManyRequest { ids })),
-            ..Default::default()
-        };
-        match node.propose(req).await {
+        match propose_revokes(node, ids).await {
             Ok(_) => {
                 if failed_batches > 0 {
                     tracing::info!(failed_batches, "revoking expired leases works again");

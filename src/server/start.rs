@@ -194,6 +194,7 @@ pub async fn start_raft(
         reads: Default::default(),
         commit_waits,
         forwarder: crate::raft::forward_batch::Forwarder::new(member.channels.clone()),
+        formats: Default::default(),
     };
     if member.fresh && cfg.initial_cluster_state == ClusterState::New {
         initialize(raft, &member.ident);

@@ -63,6 +63,7 @@ pub async fn shut_down(
     tracing::info!("stopping member");
     let failed = matches!(reason, StopReason::RaftFailed(_));
     if failed {
+        node.sm.close();
         // Settle openraft's record of its dead core first: a task aborted below may be the
         // one joining the core (any call into a stopped Raft joins it), and openraft panics
         // on a later call if that join was abandoned half way.
@@ -73,6 +74,8 @@ pub async fn shut_down(
         hand_over_leadership(node).await;
     }
     serving.stop_servers();
+    // An apply that stopped before an entry it cannot apply waits until now.
+    node.sm.close();
     let _ = node.raft.shutdown().await;
     if let Err(e) = node.log.flush_committed().await {
         tracing::warn!("could not persist the committed index: {e}");

@@ -1,0 +1,112 @@
+//! The cluster's log format: what the members apply, as the prober hears it, and the leader's
+//! proposal that raises the replicated cluster format once every member applies a newer one.
+//!
+//! # Invariants
+//! - The cluster format is replicated state (a `ClusterFormat` entry, applied by every member
+//!   into its meta tree), so every member gates proposals on the same value for the same log
+//!   prefix. It only rises: nothing proposes a lower one.
+//! - The leader raises it only when it has heard, from every voter and learner of the current
+//!   configuration, the format it applies (builds before versions answer none: format 1), and
+//!   only to the oldest of them. A member that cannot be reached keeps it where it is.
+//! - A `ClusterFormat` entry is marked with the format it announces, so a member that meets
+//!   one it cannot reach (an older kvd that joined late) stops applying there.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use openraft::async_runtime::WatchReceiver;
+
+use super::log_format::{self, LOG_FORMAT};
+use super::node::RaftNode;
+use super::types::NodeId;
+use crate::proto::kvdpb::{internal_request, ClusterFormat, InternalRequest};
+
+/// The log format each peer answered its last probe with (0 from builds before versions).
+#[derive(Clone, Default)]
+pub struct PeerFormats {
+    seen: Arc<Mutex<HashMap<NodeId, u32>>>,
+    /// A raise is being proposed: one at a time.
+    raising: Arc<AtomicBool>,
+}
+
+impl PeerFormats {
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, u32>> {
+        // Plain values: a panic while holding the lock leaves nothing half-changed.
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn heard(&self, id: NodeId, format: u32) {
+        self.seen().insert(id, format);
+    }
+
+    /// The format `id` applies, if it answered a probe since this member started.
+    pub fn of(&self, id: NodeId) -> Option<u32> {
+        self.seen().get(&id).copied()
+    }
+
+    /// The members of the current configuration that apply an older format than `format`,
+    /// by name (or id), for the message that asks to upgrade them.
+    pub fn behind(&self, node: &RaftNode, format: u32) -> Vec<String> {
+        members(node)
+            .into_iter()
+            .filter(|id| {
+                *id != node.id
+                    && self
+                        .of(*id)
+                        .is_none_or(|f| f.max(log_format::OLDEST_LOG_FORMAT) < format)
+            })
+            .map(|id| match node.sm.member_attrs(id) {
+                Ok(Some(a)) if !a.name.is_empty() => a.name,
+                _ => format!("{id:x}"),
+            })
+            .collect()
+    }
+
+    /// On the leader, proposes the oldest format of the current members as the cluster's
+    /// when that is newer than the cluster's now (in the background, one at a time).
+    pub fn raise_if_due(&self, node: &RaftNode) {
+        let m = node.raft.metrics();
+        if m.borrow_watched().current_leader != Some(node.id) {
+            return;
+        }
+        let target = log_format::cluster(members(node).into_iter().map(|id| {
+            if id == node.id {
+                Some(LOG_FORMAT)
+            } else {
+                self.of(id)
+            }
+        }));
+        let Some(target) = target else { return };
+        if target <= node.sm.cluster_format() || self.raising.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (node, raising) = (node.clone(), self.raising.clone());
+        tokio::spawn(async move {
+            let mut req = InternalRequest {
+                request: Some(internal_request::Request::ClusterFormat(ClusterFormat {
+                    format: target,
+                })),
+                ..Default::default()
+            };
+            log_format::mark(&mut req);
+            match node.propose_unchecked(req).await {
+                Ok(_) => tracing::info!(format = target, "every member applies log format {target}: raised the cluster's"),
+                Err(e) => tracing::debug!("raising the cluster log format to {target}: {e}"),
+            }
+            raising.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+/// Voters and learners of the configuration this member knows.
+fn members(node: &RaftNode) -> Vec<NodeId> {
+    node.raft
+        .metrics()
+        .borrow_watched()
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, _)| *id)
+        .collect()
+}
