@@ -87,7 +87,22 @@ async fn an_entry_this_build_cannot_apply_stops_the_apply_before_it() {
         };
         Command(Bytes::from(req.encode_to_vec()))
     };
+    // What a member older than the cluster meets when it joins: the cluster's format, raised
+    // past its own.
+    let raised = || {
+        let mut req = InternalRequest {
+            request: Some(internal_request::Request::ClusterFormat(
+                crate::proto::kvdpb::ClusterFormat {
+                    format: super::LOG_FORMAT + 1,
+                },
+            )),
+            ..Default::default()
+        };
+        super::log_format::mark(&mut req);
+        Command(Bytes::from(req.encode_to_vec()))
+    };
     let cases: Vec<(&str, Command)> = vec![
+        ("a newer cluster format", raised()),
         ("garbage", Command(Bytes::from_static(b"\xff\xff\xff\xff"))),
         ("too deep", too_deep()),
         ("unknown kind", Command(Bytes::from_static(b"\x8a\x01\x00"))),

@@ -27,6 +27,36 @@ use super::chunks::{self, ChunkIndex, ChunkIter};
 use super::{Engine, EngineOptions, Tree, WriteBatch, LEGACY_IDX_TREE};
 use crate::mvcc::error::MvccError;
 
+/// The layout of the trees in the database: 1 kept the history unchunked (migrated on open),
+/// 2 keeps it in chunks. Recorded in sled's default tree; a database without it is of a
+/// build before layout versions and was migrated above. A newer layout is refused: an older
+/// build must not misread it.
+pub const ENGINE_FORMAT: u32 = 2;
+const ENGINE_FORMAT_KEY: &[u8] = b"kvd/engine_format";
+
+fn check_format(db: &::sled::Db) -> Result<(), MvccError> {
+    match db.get(ENGINE_FORMAT_KEY)? {
+        Some(v) => {
+            let found = <[u8; 4]>::try_from(v.as_ref())
+                .map(u32::from_le_bytes)
+                .map_err(|_| MvccError::Storage("engine format record does not decode".into()))?;
+            if found > ENGINE_FORMAT {
+                return Err(MvccError::Storage(format!(
+                    "the state-machine database was written by a newer kvd (engine format \
+                     {found}; this kvd reads up to {ENGINE_FORMAT}): run the newer kvd on this \
+                     data dir"
+                )));
+            }
+            Ok(())
+        }
+        None => {
+            db.insert(ENGINE_FORMAT_KEY, &ENGINE_FORMAT.to_le_bytes())?;
+            db.flush()?;
+            Ok(())
+        }
+    }
+}
+
 impl From<::sled::Error> for MvccError {
     fn from(e: ::sled::Error) -> Self {
         MvccError::Storage(e.to_string())
@@ -133,6 +163,7 @@ impl SledEngine {
             db.drop_tree(Tree::Rev.name())?;
             db.flush()?;
         }
+        check_format(&db)?;
         let trees = Trees {
             index: ChunkIndex::load(&rev)?,
             rev,

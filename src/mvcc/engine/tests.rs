@@ -250,3 +250,29 @@ fn sled_engine_uses_the_stored_tree_names() {
     let e = reopen_sled(dir.path());
     assert_eq!(e.get(Tree::Rev, b"r").unwrap().as_deref(), Some(&b"1"[..]));
 }
+
+/// A database records its layout; one written by a newer layout is refused with a message
+/// that says so, and left as it was.
+#[test]
+fn a_newer_engine_layout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(reopen_sled(dir.path()));
+    {
+        let db = ::sled::Config::new().path(dir.path()).open().unwrap();
+        let rec = db.get(b"kvd/engine_format").unwrap().expect("recorded on open");
+        assert_eq!(&rec[..], &super::sled::ENGINE_FORMAT.to_le_bytes());
+        db.insert(b"kvd/engine_format", &(super::sled::ENGINE_FORMAT + 1).to_le_bytes())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let e = (0..300)
+        .find_map(|_| match SledEngine::open(dir.path()) {
+            Err(crate::mvcc::MvccError::Storage(m)) if m.contains("newer kvd") => Some(m),
+            _ => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                None
+            }
+        })
+        .expect("refused");
+    assert!(e.contains("engine format"), "{e}");
+}
