@@ -14,35 +14,63 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use openraft::async_runtime::WatchReceiver;
 
-use super::log_format::{self, LOG_FORMAT};
+use super::log_format::{self, LOG_FORMAT, OLDEST_LOG_FORMAT, RELEASE_0_1_FORMAT};
 use super::node::RaftNode;
-use super::types::NodeId;
+use super::types::{Member, NodeId};
+use crate::proto::etcdserverpb::HashKvRequest;
 use crate::proto::kvdpb::{internal_request, ClusterFormat, InternalRequest};
 
-/// The log format each peer answered its last probe with (0 from builds before versions).
+/// How often the format of a peer that publishes none is found out again (it may have been
+/// replaced by another build meanwhile).
+const RECLASSIFY: Duration = Duration::from_secs(10);
+
+/// The format of a peer that publishes none: release 0.1.0 serves the peer `HashKV` RPC
+/// (asked here for a future revision, which it refuses at once), earlier builds do not.
+/// `None` if the peer could not tell.
+pub async fn classify_unversioned(node: &RaftNode, peer: &Member) -> Option<u32> {
+    let mut c = node.channels.peer(peer).ok()?;
+    let call = c.hash_kv(HashKvRequest { revision: i64::MAX });
+    match tokio::time::timeout(Duration::from_secs(1), call).await {
+        Ok(Ok(_)) => Some(RELEASE_0_1_FORMAT),
+        Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => Some(OLDEST_LOG_FORMAT),
+        Ok(Err(s)) if s.code() == tonic::Code::OutOfRange => Some(RELEASE_0_1_FORMAT),
+        _ => None,
+    }
+}
+
+/// The log format each peer applies, from its last probe answer (builds before versions
+/// answer none, and are told apart by [`classify_unversioned`]).
 #[derive(Clone, Default)]
 pub struct PeerFormats {
-    seen: Arc<Mutex<HashMap<NodeId, u32>>>,
+    seen: Arc<Mutex<HashMap<NodeId, (u32, Instant)>>>,
     /// A raise is being proposed: one at a time.
     raising: Arc<AtomicBool>,
 }
 
 impl PeerFormats {
-    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, u32>> {
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, (u32, Instant)>> {
         // Plain values: a panic while holding the lock leaves nothing half-changed.
         self.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn heard(&self, id: NodeId, format: u32) {
-        self.seen().insert(id, format);
+        self.seen().insert(id, (format, Instant::now()));
     }
 
     /// The format `id` applies, if it answered a probe since this member started.
     pub fn of(&self, id: NodeId) -> Option<u32> {
-        self.seen().get(&id).copied()
+        self.seen().get(&id).map(|(f, _)| *f)
+    }
+
+    /// Whether the format of a peer that publishes none is due to be found out (again).
+    pub fn unversioned_due(&self, id: NodeId) -> bool {
+        self.seen()
+            .get(&id)
+            .is_none_or(|(_, at)| at.elapsed() >= RECLASSIFY)
     }
 
     /// The members of the current configuration that apply an older format than `format`,

@@ -30,25 +30,21 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let peers: Vec<(NodeId, Member)> = node
-            .raft
-            .metrics()
-            .borrow_watched()
-            .membership_config
-            .membership()
-            .nodes()
-            .filter(|(id, _)| **id != node.id)
-            .map(|(id, m)| (*id, m.clone()))
-            .collect();
+        let peers = peers_of(&node);
         let probes = peers.into_iter().map(|(id, m)| {
             let node = node.clone();
             async move { (id, probe(&node, &m, cluster_id).await) }
         });
+        let mut unversioned = Vec::new();
         for (id, r) in futures::future::join_all(probes).await {
             match r {
                 Ok((_, format)) => {
                     links.ok(id);
-                    node.formats.heard(id, format);
+                    if format != 0 {
+                        node.formats.heard(id, format);
+                    } else if node.formats.unversioned_due(id) {
+                        unversioned.push(id);
+                    }
                 }
                 Err(f) => links.failed(id, f),
             }
@@ -61,8 +57,29 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
                 return;
             }
         }
+        for id in unversioned {
+            let Some(m) = peers_of(&node).into_iter().find(|(p, _)| *p == id) else {
+                continue;
+            };
+            if let Some(f) = super::cluster_format::classify_unversioned(&node, &m.1).await {
+                node.formats.heard(id, f);
+            }
+        }
         node.formats.raise_if_due(&node);
     }
+}
+
+/// The other members of the configuration this member knows.
+fn peers_of(node: &RaftNode) -> Vec<(NodeId, Member)> {
+    node.raft
+        .metrics()
+        .borrow_watched()
+        .membership_config
+        .membership()
+        .nodes()
+        .filter(|(id, _)| **id != node.id)
+        .map(|(id, m)| (*id, m.clone()))
+        .collect()
 }
 
 /// One probe: `Ok((removed, log format))` when the peer answered.
