@@ -10,6 +10,10 @@
 //!   older revision is detectably stale (a write proposed before a revoke is refused).
 //! - Users hold bcrypt hashes only; no clear password is ever stored, logged or proposed.
 //! - The permission cache holds entries for the current revision only: every change clears it.
+//! - A simple token outlives a load only if the loaded state has the same revision, enabled
+//!   flag and users as the replaced one: every entry that invalidates tokens (user delete,
+//!   password change, auth disable) bumps the revision, so an unchanged revision proves none
+//!   was skipped; any other load drops them all (see docs/decisions/0041-auth-freshness.md).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -140,11 +144,18 @@ impl AuthStore {
                 }
             }
         }
-        let enabled = s.enabled;
-        *self.write() = s;
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        if !enabled {
-            self.tokens.clear();
+        {
+            let mut cur = self.write();
+            // The tokens were assigned for the replaced state; the entries that led from it to
+            // the loaded one were never applied here, so whatever they invalidated is unknown
+            // unless nothing that invalidates tokens can be among them.
+            let same =
+                s.enabled && cur.enabled && s.revision == cur.revision && s.users == cur.users;
+            if !same {
+                self.tokens.clear();
+            }
+            *cur = s;
+            self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
     }
 
@@ -722,6 +733,120 @@ mod tests {
             (r, w.len(), s.revision()),
             (Err(AuthError::InvalidAuthMgmt), 0, rev + 1)
         );
+    }
+
+    /// A store and the meta keys its applied changes wrote, as the state machine keeps them.
+    struct Recorded {
+        store: AuthStore,
+        meta: BTreeMap<Vec<u8>, Vec<u8>>,
+    }
+
+    impl Recorded {
+        fn new() -> Recorded {
+            Recorded {
+                store: AuthStore::default(),
+                meta: BTreeMap::new(),
+            }
+        }
+
+        fn run(&mut self, r: A, index: u64) -> Option<String> {
+            let (res, w) = self.store.apply(&AuthRequest { request: Some(r) }, index);
+            for (k, v) in w {
+                match v {
+                    Some(v) => self.meta.insert(k, v),
+                    None => self.meta.remove(&k),
+                };
+            }
+            res.unwrap()
+        }
+
+        /// The image a snapshot of this store carries.
+        fn image(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+            self.meta.clone().into_iter().collect()
+        }
+    }
+
+    fn user_add(name: &str, hash: &str) -> A {
+        A::UserAdd(AuthUserAddRequest {
+            name: name.into(),
+            hashed_password: hash.into(),
+            ..Default::default()
+        })
+    }
+
+    fn login(name: &str) -> A {
+        A::Authenticate(crate::proto::kvdpb::InternalAuthenticateRequest {
+            name: name.into(),
+            simple_token: "tok".into(),
+        })
+    }
+
+    /// root and u, auth enabled, u logged in: the store and u's token.
+    fn logged_in() -> (Recorded, String) {
+        let mut r = Recorded::new();
+        r.run(user_add("root", "h"), 1);
+        r.run(
+            A::UserGrantRole(AuthUserGrantRoleRequest {
+                user: "root".into(),
+                role: "root".into(),
+            }),
+            2,
+        );
+        r.run(user_add("u", "h1"), 3);
+        r.run(A::Enable(AuthEnableRequest {}), 4);
+        let token = r.run(login("u"), 5).unwrap();
+        (r, token)
+    }
+
+    #[test]
+    fn a_load_past_a_user_delete_or_password_change_drops_the_users_tokens() {
+        let changes = [
+            A::UserDelete(AuthUserDeleteRequest { name: "u".into() }),
+            A::UserChangePassword(AuthUserChangePasswordRequest {
+                name: "u".into(),
+                hashed_password: "h2".into(),
+                ..Default::default()
+            }),
+            // Changed to the same hash: the tokens go all the same, as applying it drops them.
+            A::UserChangePassword(AuthUserChangePasswordRequest {
+                name: "u".into(),
+                hashed_password: "h1".into(),
+                ..Default::default()
+            }),
+        ];
+        for change in changes {
+            // The member that lags holds the token; the others apply the change (and a
+            // login, which changes no revision) and a snapshot of theirs is loaded.
+            let (lagging, token) = logged_in();
+            let mut ahead = Recorded {
+                store: AuthStore::default(),
+                meta: lagging.meta.clone(),
+            };
+            ahead.store.load(&ahead.image());
+            ahead.run(change.clone(), 6);
+            ahead.run(login("root"), 7);
+            assert_eq!(lagging.store.tokens.user(&token).as_deref(), Some("u"));
+            lagging.store.load(&ahead.image());
+            assert_eq!(lagging.store.tokens.user(&token), None, "{change:?}");
+        }
+        // Disabled and enabled again in the skipped part: the state is the same but for the
+        // revision, and applying the disable would have dropped every token.
+        let (lagging, token) = logged_in();
+        let mut ahead = Recorded::new();
+        ahead.meta = lagging.meta.clone();
+        ahead.store.load(&ahead.image());
+        ahead.run(A::Disable(AuthDisableRequest {}), 6);
+        ahead.run(A::Enable(AuthEnableRequest {}), 7);
+        lagging.store.load(&ahead.image());
+        assert_eq!(lagging.store.tokens.user(&token), None);
+    }
+
+    #[test]
+    fn a_load_that_skipped_no_auth_change_keeps_the_tokens() {
+        let (lagging, token) = logged_in();
+        // Only key writes and logins were skipped: same revision, same users.
+        lagging.store.load(&lagging.image());
+        assert_eq!(lagging.store.tokens.user(&token).as_deref(), Some("u"));
     }
 
     #[test]
