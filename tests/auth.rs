@@ -875,3 +875,58 @@ async fn users_roles_and_the_auth_flag_survive_a_backup_and_restore() {
         .users;
     assert_eq!(users, vec!["root".to_string(), "u".to_string()]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_member_refuses_a_replaced_password() {
+    use common::faults::{LinkMode, ProxiedCluster};
+    // A long election timeout: the member cut off from the leader's appends for a while
+    // does not start an election meanwhile.
+    let pc = ProxiedCluster::start(
+        3,
+        &[
+            FAST_BCRYPT,
+            "--heartbeat-interval=100",
+            "--election-timeout=10000",
+        ],
+    )
+    .await;
+    let c = &pc.c;
+    let leader = c.wait_for_leader(Duration::from_secs(20)).await;
+    let root = set_up(c).await;
+    let lagging = (leader + 1) % 3;
+    login(c, lagging, "u", "p").await.unwrap();
+    // The leader's appends to `lagging` are lost; its own requests to the leader pass.
+    pc.set_link(leader, lagging, LinkMode::DropRequests);
+    auth(c, leader)
+        .await
+        .user_change_password(with(
+            AuthUserChangePasswordRequest {
+                name: "u".into(),
+                password: "p2".into(),
+                ..Default::default()
+            },
+            &root,
+        ))
+        .await
+        .unwrap();
+    // The old password, on the member that has not heard of the change yet; it catches up
+    // while the login waits.
+    let mut a = auth(c, lagging).await;
+    let old = tokio::spawn(async move {
+        a.authenticate(AuthenticateRequest {
+            name: "u".into(),
+            password: "p".into(),
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    pc.set_link(leader, lagging, LinkMode::Pass);
+    assert_eq!(
+        err(old.await.unwrap()),
+        (
+            Code::InvalidArgument,
+            "etcdserver: authentication failed, invalid user ID or password".into()
+        )
+    );
+    login(c, lagging, "u", "p2").await.unwrap();
+}

@@ -7,6 +7,11 @@
 //!   takes, on a blocking thread, and at most `checks` of them at once: a flood of failed
 //!   logins queues here instead of taking every core from the other requests. bcrypt reads the
 //!   first 72 bytes only, so a huge password costs what a short one does.
+//! - Authenticate checks the password after a read barrier, against the auth state at least
+//!   as new as every change acknowledged before the request, and returns a token only if the
+//!   auth revision it checked at is still the store's once the token's entry has applied here
+//!   (else it checks again): no password that was already replaced, and no user that was
+//!   already deleted, gets a token (etcd's Authenticate).
 //! - Changes go through Raft and are checked at apply time (admin, with the identity in the
 //!   entry, see `crate::auth::store`); listings and gets are answered here after a read
 //!   barrier, with the same admin check.
@@ -62,6 +67,39 @@ impl Passwords {
     }
 }
 
+/// How many times Authenticate checks the password again because the auth state changed
+/// while its token's entry was in flight, before it gives up with a timeout (etcd retries
+/// until the request's deadline).
+const AUTHENTICATE_ATTEMPTS: usize = 10;
+
+/// etcd's Authenticate loop: `check` verifies the password and returns the auth revision it
+/// read the password at; `propose` replicates the token's entry and returns once it has
+/// applied here; the result stands only if `revision()` is still the checked one then, since
+/// a change applied in between (a password change, a user delete) may have made the check
+/// stale. `None` when every attempt was overtaken by a change.
+async fn while_revision_holds<T, E, C, CF, P, PF>(
+    mut check: C,
+    mut propose: P,
+    revision: impl Fn() -> u64,
+    attempts: usize,
+) -> Result<Option<T>, E>
+where
+    C: FnMut() -> CF,
+    CF: std::future::Future<Output = Result<u64, E>>,
+    P: FnMut() -> PF,
+    PF: std::future::Future<Output = Result<T, E>>,
+{
+    for _ in 0..attempts {
+        let checked = check().await?;
+        let out = propose().await?;
+        if revision() == checked {
+            return Ok(Some(out));
+        }
+        tracing::info!("auth revision changed since the password was checked; checking again");
+    }
+    Ok(None)
+}
+
 pub struct AuthService {
     pub ctx: ServerCtx,
 }
@@ -101,6 +139,41 @@ impl AuthService {
         store.check_admin(ai.as_ref()).map_err(ApiError::from)?;
         Ok(())
     }
+
+    /// Checks `name`'s password; returns the auth revision it was checked at.
+    async fn check_password(&self, name: &str, password: &str) -> Result<u64, Status> {
+        let store = self.ctx.node.sm.auth();
+        let (hash, revision) = store.password_hash(name).map_err(auth_err)?;
+        if !self.ctx.passwords.verify(password.to_string(), hash).await {
+            tracing::info!(user = %name, "invalid password");
+            return Err(auth_err(AuthError::AuthFailed));
+        }
+        Ok(revision)
+    }
+
+    /// Proposes the entry that assigns `name` a token; the simple token it assigned, if any.
+    async fn propose_token(&self, name: &str) -> Result<String, Status> {
+        // The entry checks, in log order, that auth is still enabled and the user exists.
+        // Simple tokens are assigned by it on every member; a JWT is signed afterwards by
+        // this member alone, at the auth revision it has applied by then.
+        let ir = InternalRequest {
+            request: Some(internal_request::Request::Auth(AuthRequest {
+                request: Some(A::Authenticate(InternalAuthenticateRequest {
+                    name: name.to_string(),
+                    simple_token: if self.ctx.jwt.is_some() {
+                        String::new()
+                    } else {
+                        token::new_prefix()
+                    },
+                })),
+            })),
+            ..Default::default()
+        };
+        match self.ctx.propose(ir).await? {
+            Out::Auth(a) => Ok(a.token),
+            _ => Err(ApiError::Internal("unexpected apply result".into()).into()),
+        }
+    }
 }
 
 fn auth_err(e: AuthError) -> Status {
@@ -137,36 +210,26 @@ impl Auth for AuthService {
     async fn authenticate(&self, req: Request<AuthenticateRequest>) -> Res<AuthenticateResponse> {
         self.ctx.check_leader(req.metadata())?;
         let r = req.get_ref();
+        // A lagging member must not check the password against a replaced one: it first
+        // applies every change acknowledged before this request.
+        self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
         let store = self.ctx.node.sm.auth();
-        let (hash, _) = store.password_hash(&r.name).map_err(auth_err)?;
-        if !self.ctx.passwords.verify(r.password.clone(), hash).await {
-            tracing::info!(user = %r.name, "invalid password");
-            return Err(auth_err(AuthError::AuthFailed));
-        }
         // A verify-only JWT member cannot issue tokens (etcd fails the same way, at apply).
-        if self.ctx.jwt.as_ref().is_some_and(|j| j.verify_only()) {
-            return Err(Status::unknown(JwtError::VerifyOnly.to_string()));
-        }
-        // The entry checks, in log order, that auth is still enabled and the user exists.
-        // Simple tokens are assigned by it on every member; a JWT is signed afterwards by
-        // this member alone, at the auth revision it has applied by then.
-        let ir = InternalRequest {
-            request: Some(internal_request::Request::Auth(AuthRequest {
-                request: Some(A::Authenticate(InternalAuthenticateRequest {
-                    name: r.name.clone(),
-                    simple_token: if self.ctx.jwt.is_some() {
-                        String::new()
-                    } else {
-                        token::new_prefix()
-                    },
-                })),
-            })),
-            ..Default::default()
-        };
-        let token = match self.ctx.propose(ir).await? {
-            Out::Auth(a) => a.token,
-            _ => return Err(ApiError::Internal("unexpected apply result".into()).into()),
-        };
+        let verify_only = self.ctx.jwt.as_ref().is_some_and(|j| j.verify_only());
+        let token = while_revision_holds(
+            move || async move {
+                let revision = self.check_password(&r.name, &r.password).await?;
+                if verify_only {
+                    return Err(Status::unknown(JwtError::VerifyOnly.to_string()));
+                }
+                Ok(revision)
+            },
+            move || self.propose_token(&r.name),
+            move || store.revision(),
+            AUTHENTICATE_ATTEMPTS,
+        )
+        .await?
+        .ok_or(ApiError::Timeout)?;
         let token = match &self.ctx.jwt {
             None => token,
             Some(jwt) => {
@@ -355,5 +418,66 @@ impl Auth for AuthService {
         Ok(Response::new(AuthRoleRevokePermissionResponse {
             header: self.header(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    /// The store's revision moves while the first token's entry is in flight (a password
+    /// change applied before it): that token is not returned, the password is checked again,
+    /// and the second check decides.
+    #[tokio::test]
+    async fn a_token_whose_check_went_stale_is_not_returned() {
+        let revision = AtomicU64::new(5);
+        let checks = AtomicUsize::new(0);
+        let proposals = AtomicUsize::new(0);
+        // The password changes during the first proposal; the new one does not match.
+        let check = || async {
+            match checks.fetch_add(1, Ordering::SeqCst) {
+                0 => Ok(revision.load(Ordering::SeqCst)),
+                _ => Err(AuthError::AuthFailed),
+            }
+        };
+        let propose = || async {
+            let n = proposals.fetch_add(1, Ordering::SeqCst);
+            if n == 0 {
+                revision.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(format!("token{n}"))
+        };
+        let r = while_revision_holds(check, propose, || revision.load(Ordering::SeqCst), 10);
+        assert_eq!(r.await, Err(AuthError::AuthFailed));
+        assert_eq!(checks.load(Ordering::SeqCst), 2);
+        assert_eq!(proposals.load(Ordering::SeqCst), 1);
+
+        // A change that leaves the password valid (a role granted): the second token stands.
+        let checks = AtomicUsize::new(0);
+        let proposals = AtomicUsize::new(0);
+        let check = || async {
+            checks.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, AuthError>(revision.load(Ordering::SeqCst))
+        };
+        let propose = || async {
+            let n = proposals.fetch_add(1, Ordering::SeqCst);
+            if n == 0 {
+                revision.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(format!("token{n}"))
+        };
+        let r = while_revision_holds(check, propose, || revision.load(Ordering::SeqCst), 10);
+        assert_eq!(r.await, Ok(Some("token1".to_string())));
+        assert_eq!(checks.load(Ordering::SeqCst), 2);
+
+        // The state keeps changing: it gives up after the attempts allowed.
+        let propose = || async {
+            revision.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, AuthError>(())
+        };
+        let check = || async { Ok(revision.load(Ordering::SeqCst)) };
+        let r = while_revision_holds(check, propose, || revision.load(Ordering::SeqCst), 3);
+        assert_eq!(r.await, Ok(None));
     }
 }
