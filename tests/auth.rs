@@ -876,6 +876,112 @@ async fn users_roles_and_the_auth_flag_survive_a_backup_and_restore() {
     assert_eq!(users, vec!["root".to_string(), "u".to_string()]);
 }
 
+/// A watch stream on member `i` with `token` (none if empty) and its first watch, on `key`
+/// (with `range_end`); returns the request sender (kept open) and the response stream.
+async fn watch_as(
+    c: &Cluster,
+    i: usize,
+    token: &str,
+    key: &str,
+    range_end: &str,
+) -> (
+    tokio::sync::mpsc::Sender<WatchRequest>,
+    tonic::Streaming<WatchResponse>,
+) {
+    let mut w = WatchClient::new(common::channel(&c.members[i].client_url()).await);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: key.into(),
+            range_end: range_end.into(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let mut stream = w
+        .watch(with(tokio_stream::wrappers::ReceiverStream::new(rx), token))
+        .await
+        .unwrap()
+        .into_inner();
+    let created = stream.message().await.unwrap().unwrap();
+    assert!(created.created && !created.canceled, "{created:?}");
+    (tx, stream)
+}
+
+/// The next response within 5 s.
+async fn next(stream: &mut tonic::Streaming<WatchResponse>) -> WatchResponse {
+    tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("no response within 5 s")
+        .unwrap()
+        .expect("the stream ended")
+}
+
+/// Nothing arrives on `stream` for a second.
+async fn quiet(stream: &mut tonic::Streaming<WatchResponse>) {
+    if let Ok(r) = tokio::time::timeout(Duration::from_secs(1), stream.message()).await {
+        panic!("expected nothing, got {r:?}");
+    }
+}
+
+fn cancelled_for_permission(r: &WatchResponse) {
+    assert!(r.canceled && !r.created && r.events.is_empty(), "{r:?}");
+    assert_eq!(
+        r.cancel_reason,
+        "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_watches_are_cancelled_when_their_creator_may_no_longer_read() {
+    let c = Cluster::start_opts(3, false, &[FAST_BCRYPT]).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    // Opened while auth is disabled, without credentials: enabling auth cancels it, as a new
+    // watch without a user would be refused.
+    let (_open_tx, mut open) = watch_as(&c, 2, "", "k1", "").await;
+    let root = set_up(&c).await;
+    let r = next(&mut open).await;
+    cancelled_for_permission(&r);
+    assert_eq!(r.watch_id, 0);
+
+    let u = login(&c, 1, "u", "p").await.unwrap();
+    let (_foo_tx, mut foo) = watch_as(&c, 1, &u, "foo/", "foo0").await;
+    let (_k1_tx, mut k1) = watch_as(&c, 2, &u, "k1", "").await;
+    let mut kv = c.kv(0).await;
+    kv.put(with(put("foo/a", "1"), &root)).await.unwrap();
+    assert_eq!(next(&mut foo).await.events.len(), 1);
+
+    // u's role loses read on foo/: the foo/ watch is cancelled, the k1 one lives on.
+    let mut a = auth(&c, 0).await;
+    a.role_revoke_permission(with(
+        AuthRoleRevokePermissionRequest {
+            role: "ro".into(),
+            key: "foo/".into(),
+            range_end: "foo0".into(),
+        },
+        &root,
+    ))
+    .await
+    .unwrap();
+    let r = next(&mut foo).await;
+    cancelled_for_permission(&r);
+    assert_eq!(r.watch_id, 0);
+    kv.put(with(put("foo/b", "2"), &root)).await.unwrap();
+    kv.put(with(put("k1", "x"), &root)).await.unwrap();
+    let r = next(&mut k1).await;
+    assert_eq!(r.events[0].kv.as_ref().unwrap().key, b"k1");
+    quiet(&mut foo).await;
+
+    // u is deleted: the k1 watch goes too, and sees no later write.
+    a.user_delete(with(AuthUserDeleteRequest { name: "u".into() }, &root))
+        .await
+        .unwrap();
+    cancelled_for_permission(&next(&mut k1).await);
+    kv.put(with(put("k1", "y"), &root)).await.unwrap();
+    quiet(&mut k1).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_member_refuses_a_replaced_password() {
     use common::faults::{LinkMode, ProxiedCluster};

@@ -10,6 +10,9 @@
 //!   older revision is detectably stale (a write proposed before a revoke is refused).
 //! - Users hold bcrypt hashes only; no clear password is ever stored, logged or proposed.
 //! - The permission cache holds entries for the current revision only: every change clears it.
+//! - Every change of the revision (an applied change, a load) is published to
+//!   [`AuthStore::watch_revision`] after the new state is in place, so a subscriber that sees
+//!   the new revision reads the new state.
 //! - A simple token outlives a load only if the loaded state has the same revision, enabled
 //!   flag and users as the replaced one: every entry that invalidates tokens (user delete,
 //!   password change, auth disable) bumps the revision, so an unchanged revision proves none
@@ -88,6 +91,8 @@ pub struct AuthStore {
     cache: Mutex<HashMap<String, Arc<UserPerms>>>,
     /// Simple tokens assigned by applied Authenticate entries (in memory, as etcd's).
     pub tokens: SimpleTokens,
+    /// The revision, for those that must react to a change (open watches re-check theirs).
+    revision_tx: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for AuthStore {
@@ -99,6 +104,7 @@ impl Default for AuthStore {
             }),
             cache: Mutex::default(),
             tokens: SimpleTokens::default(),
+            revision_tx: tokio::sync::watch::Sender::new(1),
         }
     }
 }
@@ -144,6 +150,7 @@ impl AuthStore {
                 }
             }
         }
+        let revision = s.revision;
         {
             let mut cur = self.write();
             // The tokens were assigned for the replaced state; the entries that led from it to
@@ -157,6 +164,12 @@ impl AuthStore {
             *cur = s;
             self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
+        self.revision_tx.send_replace(revision);
+    }
+
+    /// The auth revision, changing whenever the auth state does (a load may also keep it).
+    pub fn watch_revision(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.revision_tx.subscribe()
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -553,6 +566,9 @@ impl AuthStore {
                         Some(s.revision.to_be_bytes().to_vec()),
                     ));
                     self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    let revision = s.revision;
+                    drop(s);
+                    self.revision_tx.send_replace(revision);
                 }
                 (Ok(token), w)
             }
@@ -844,9 +860,30 @@ mod tests {
     #[test]
     fn a_load_that_skipped_no_auth_change_keeps_the_tokens() {
         let (lagging, token) = logged_in();
+        let mut rx = lagging.store.watch_revision();
+        let rev = *rx.borrow_and_update();
         // Only key writes and logins were skipped: same revision, same users.
         lagging.store.load(&lagging.image());
         assert_eq!(lagging.store.tokens.user(&token).as_deref(), Some("u"));
+        assert_eq!(*rx.borrow_and_update(), rev);
+    }
+
+    #[test]
+    fn the_revision_is_published_after_each_change() {
+        let (mut r, _) = logged_in();
+        let mut rx = r.store.watch_revision();
+        assert_eq!(*rx.borrow_and_update(), r.store.revision());
+        // A login changes nothing.
+        r.run(login("u"), 6);
+        assert!(!rx.has_changed().unwrap());
+        r.run(A::RoleAdd(AuthRoleAddRequest { name: "x".into() }), 7);
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), r.store.revision());
+        // A load publishes the loaded revision.
+        let fresh = AuthStore::default();
+        let mut rx = fresh.watch_revision();
+        fresh.load(&r.image());
+        assert_eq!(*rx.borrow_and_update(), r.store.revision());
     }
 
     #[test]

@@ -29,6 +29,13 @@
 //! - The work done between two looks at the incoming requests is bounded: one hub batch, or
 //!   at most [`EVENTS_PER_READ`] events (plus the rest of the last revision) per unsynced
 //!   watcher.
+//! - With auth enabled, a watcher delivers only events its creator may read now: whenever the
+//!   auth revision changes (a role or permission revoked, a user deleted, auth enabled), the
+//!   stream re-checks every watcher's range against its creator before it delivers another
+//!   event, and cancels the ones no longer readable with etcd's permission-denied reason. A
+//!   watcher created while auth was disabled has no creator: on the re-check it takes the
+//!   identity the stream's credentials give then (a client certificate's CN; a token from
+//!   before auth was enabled is never valid), as a new create would.
 //! - Memory is bounded: the response channel holds [`STREAM_BUFFER`] responses, the hub
 //!   [`HUB_BUFFER`](super::watch_hub::HUB_BUFFER) batches. A client that stops reading fills
 //!   the channel; its stream then drops its hub subscription before it waits (so the hub
@@ -49,6 +56,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::context::ServerCtx;
 use super::error::ApiError;
 use super::watch_hub::{Batch, Hub, PrevKvInterest};
+use crate::auth::AuthInfo;
 use crate::mvcc::MvccError;
 use crate::proto::etcdserverpb::watch_create_request::FilterType;
 use crate::proto::etcdserverpb::watch_request::RequestUnion;
@@ -124,6 +132,7 @@ impl Watch for WatchService {
             batches: Some(batches),
             next_auto_id: 0,
             deferred_progress: false,
+            auth_revision: self.ctx.node.sm.auth().watch_revision(),
         };
         tokio::spawn(stream.run(req.into_inner(), self.progress_interval, require_leader));
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -135,6 +144,9 @@ const PERMISSION_DENIED_REASON: &str =
     "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
 
 struct Watcher {
+    /// Who created it, checked again when the auth state changes; `None` if auth was
+    /// disabled then.
+    user: Option<String>,
     key: Vec<u8>,
     /// etcd's: empty for one key, "\0" for every key from `key` on.
     range_end: Vec<u8>,
@@ -201,6 +213,8 @@ struct WatchStream {
     next_auto_id: i64,
     /// A progress request arrived while some watcher was behind; answer once none is.
     deferred_progress: bool,
+    /// The auth store's revision: a change means the watchers' permissions are re-checked.
+    auth_revision: tokio::sync::watch::Receiver<u64>,
 }
 
 impl WatchStream {
@@ -231,6 +245,9 @@ impl WatchStream {
                     self.frontier = frontier;
                 }
                 self.batches = Some(b);
+            }
+            if self.recheck_if_auth_changed().await.is_err() {
+                return;
             }
             let behind = match self.sync().await {
                 Ok(b) => b,
@@ -266,6 +283,11 @@ impl WatchStream {
                     }
                 },
                 _ = progress.tick() => self.progress_tick().await,
+                // The sender lives as long as the state machine, which this stream holds.
+                r = self.auth_revision.changed() => match r {
+                    Ok(()) => self.recheck_auth().await,
+                    Err(_) => return,
+                },
                 b = batches.recv() => match b {
                     Ok(batch) => self.on_batch(&batch).await,
                     // The gap shows when the next batch does not start at the frontier.
@@ -410,6 +432,63 @@ impl WatchStream {
         }
     }
 
+    /// Re-checks the watchers if the auth state changed since they were last checked.
+    async fn recheck_if_auth_changed(&mut self) -> Result<(), Gone> {
+        if self.auth_revision.has_changed().unwrap_or(false) {
+            self.recheck_auth().await?;
+        }
+        Ok(())
+    }
+
+    /// Cancels every watcher whose creator may no longer read its range, as a create would be
+    /// refused (same cancel reason); watchers without a creator take the stream's identity.
+    async fn recheck_auth(&mut self) -> Result<(), Gone> {
+        self.auth_revision.borrow_and_update();
+        if !self.ctx.node.sm.auth().is_enabled() {
+            return Ok(());
+        }
+        let stream_user = if self.watchers.values().any(|w| w.user.is_none()) {
+            match self.ctx.auth_info(&self.md, &self.ext).await {
+                Ok(ai) => ai.map(|ai| ai.username),
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        let auth = self.ctx.node.sm.auth();
+        let mut refused = Vec::new();
+        for (id, w) in self.watchers.iter_mut() {
+            if w.user.is_none() {
+                w.user.clone_from(&stream_user);
+            }
+            let ai = w.user.as_ref().map(|username| AuthInfo {
+                username: username.clone(),
+                revision: auth.revision(),
+            });
+            if auth
+                .check_op(ai.as_ref(), &w.key, &w.range_end, false)
+                .is_err()
+            {
+                refused.push(*id);
+            }
+        }
+        for id in refused {
+            self.remove(id);
+            tracing::debug!(
+                watch_id = id,
+                "watch cancelled: its creator may no longer read it"
+            );
+            let mut r = self.response(self.ctx.current_revision(), id);
+            r.canceled = true;
+            r.cancel_reason = PERMISSION_DENIED_REASON.into();
+            self.send(r).await?;
+        }
+        if self.deferred_progress && self.all_synced() {
+            self.send_progress().await?;
+        }
+        Ok(())
+    }
+
     async fn create(&mut self, c: WatchCreateRequest) -> Result<(), Gone> {
         let cur = self.ctx.current_revision();
         // etcd: an empty key means the smallest key, "\0".
@@ -417,13 +496,15 @@ impl WatchStream {
         let from_key = c.range_end == [0];
         // etcd's isWatchPermitted: read on the whole range; a refusal (or a bad token) cancels
         // the watch with the full status text of permission denied, under the requested id.
-        let permitted = match self.ctx.auth_info(&self.md, &self.ext).await {
+        let (permitted, user) = match self.ctx.auth_info(&self.md, &self.ext).await {
             Ok(ai) => {
                 let ai = ai.unwrap_or_default();
                 let auth = self.ctx.node.sm.auth();
-                auth.check_op(Some(&ai), &key, &c.range_end, false).is_ok()
+                let permitted = auth.check_op(Some(&ai), &key, &c.range_end, false).is_ok();
+                let user = auth.is_enabled().then_some(ai.username);
+                (permitted, user)
             }
-            Err(_) => false,
+            Err(_) => (false, None),
         };
         if !permitted {
             let mut r = self.response(cur, c.watch_id);
@@ -465,6 +546,7 @@ impl WatchStream {
         self.watchers.insert(
             id,
             Watcher {
+                user,
                 key,
                 range_end: c.range_end,
                 next,
@@ -520,6 +602,8 @@ impl WatchStream {
     /// Delivers one hub batch to the synced watchers, and to the unsynced ones whose cursor
     /// lies within it (they join the synced set).
     async fn on_batch(&mut self, b: &Batch) -> Result<(), Gone> {
+        // The batch may hold events written after a permission change not seen yet.
+        self.recheck_if_auth_changed().await?;
         if b.from != self.frontier || b.lost {
             self.desync_all();
         }
@@ -610,6 +694,8 @@ impl WatchStream {
             .collect();
         let mut behind = false;
         for id in ids {
+            // The store may hold events written after a permission change not seen yet.
+            self.recheck_if_auth_changed().await?;
             let Some(w) = self.watchers.get_mut(&id) else {
                 continue;
             };
