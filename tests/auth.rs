@@ -983,6 +983,78 @@ async fn open_watches_are_cancelled_when_their_creator_may_no_longer_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_may_get_their_own_entry_and_the_roles_they_hold() {
+    let c = Cluster::start_opts(3, false, &[FAST_BCRYPT]).await;
+    c.wait_for_leader(Duration::from_secs(10)).await;
+    let root = set_up(&c).await;
+    let u = login(&c, 1, "u", "p").await.unwrap();
+    let mut a = auth(&c, 2).await;
+    let own = a
+        .user_get(with(AuthUserGetRequest { name: "u".into() }, &u))
+        .await
+        .unwrap();
+    assert_eq!(own.into_inner().roles, ["ro"]);
+    let role = a
+        .role_get(with(AuthRoleGetRequest { role: "ro".into() }, &u))
+        .await
+        .unwrap();
+    let keys: Vec<Vec<u8>> = role.into_inner().perm.into_iter().map(|p| p.key).collect();
+    assert_eq!(keys, [b"foo/".to_vec(), b"k1".to_vec()]);
+    // Nobody else's entry, no role it does not hold, not without a user.
+    let denied = (
+        Code::PermissionDenied,
+        "etcdserver: permission denied".to_string(),
+    );
+    assert_eq!(
+        err(a
+            .user_get(with(
+                AuthUserGetRequest {
+                    name: "root".into()
+                },
+                &u
+            ))
+            .await),
+        denied
+    );
+    assert_eq!(
+        err(a
+            .role_get(with(
+                AuthRoleGetRequest {
+                    role: "root".into()
+                },
+                &u
+            ))
+            .await),
+        denied
+    );
+    assert_eq!(
+        err(a.user_get(AuthUserGetRequest { name: "u".into() }).await).1,
+        "etcdserver: user name is empty"
+    );
+    // Revoked: the role is no longer theirs to read.
+    a.user_revoke_role(with(
+        AuthUserRevokeRoleRequest {
+            name: "u".into(),
+            role: "ro".into(),
+        },
+        &root,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        err(a
+            .role_get(with(AuthRoleGetRequest { role: "ro".into() }, &u))
+            .await),
+        denied
+    );
+    let own = a
+        .user_get(with(AuthUserGetRequest { name: "u".into() }, &u))
+        .await
+        .unwrap();
+    assert!(own.into_inner().roles.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_member_refuses_a_replaced_password() {
     use common::faults::{LinkMode, ProxiedCluster};
     // A long election timeout: the member cut off from the leader's appends for a while

@@ -236,6 +236,30 @@ impl AuthStore {
         Ok(())
     }
 
+    /// etcd's authApplierV3.UserGet: an admin, or the user asking about themself.
+    pub fn check_user_get(&self, ai: Option<&AuthInfo>, name: &str) -> Result<(), AuthError> {
+        match self.check_admin(ai) {
+            Err(_) if ai.is_some_and(|ai| ai.username == name) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// etcd's authApplierV3.RoleGet: an admin, or a user who holds the role.
+    pub fn check_role_get(&self, ai: Option<&AuthInfo>, role: &str) -> Result<(), AuthError> {
+        match self.check_admin(ai) {
+            Err(_) if ai.is_some_and(|ai| self.has_role(&ai.username, role)) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// etcd's HasRole: whether user `name` exists and holds `role`.
+    fn has_role(&self, name: &str, role: &str) -> bool {
+        let s = self.read();
+        s.users
+            .get(name)
+            .is_some_and(|u| u.roles.iter().any(|r| r == role))
+    }
+
     /// etcd's isOpPermitted: whether `ai` may read (or write) `[key, range_end)`.
     pub fn check_op(
         &self,
@@ -884,6 +908,38 @@ mod tests {
         let mut rx = fresh.watch_revision();
         fresh.load(&r.image());
         assert_eq!(*rx.borrow_and_update(), r.store.revision());
+    }
+
+    #[test]
+    fn a_user_may_get_their_own_entry_and_the_roles_they_hold() {
+        let s = store();
+        let ai = |name: &str| AuthInfo {
+            username: name.into(),
+            revision: s.revision(),
+        };
+        let u = ai("u");
+        assert_eq!(s.check_user_get(Some(&u), "u"), Ok(()));
+        assert_eq!(
+            s.check_user_get(Some(&u), "root"),
+            Err(AuthError::PermissionDenied)
+        );
+        assert_eq!(s.check_role_get(Some(&u), "r"), Ok(()));
+        assert_eq!(
+            s.check_role_get(Some(&u), "root"),
+            Err(AuthError::PermissionDenied)
+        );
+        assert_eq!(s.check_user_get(None, "u"), Err(AuthError::UserEmpty));
+        assert_eq!(s.check_role_get(None, "r"), Err(AuthError::UserEmpty));
+        // root may get anything, existing or not (the get itself says it does not exist).
+        let root = ai("root");
+        assert_eq!(s.check_user_get(Some(&root), "nobody"), Ok(()));
+        assert_eq!(s.check_role_get(Some(&root), "r"), Ok(()));
+        // A user that does not exist asking about itself: the get says it does not exist.
+        assert_eq!(s.check_user_get(Some(&ai("gone")), "gone"), Ok(()));
+        assert_eq!(
+            s.check_role_get(Some(&ai("gone")), "r"),
+            Err(AuthError::UserNotFound)
+        );
     }
 
     #[test]

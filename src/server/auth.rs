@@ -14,7 +14,8 @@
 //!   already deleted, gets a token (etcd's Authenticate).
 //! - Changes go through Raft and are checked at apply time (admin, with the identity in the
 //!   entry, see `crate::auth::store`); listings and gets are answered here after a read
-//!   barrier, with the same admin check.
+//!   barrier, with the same admin check, except that a user may get their own entry and the
+//!   roles they hold (etcd's authApplierV3 UserGet and RoleGet).
 
 use tonic::{Request, Response, Status};
 
@@ -133,10 +134,18 @@ impl AuthService {
 
     /// A linearizable read of the auth store by an admin.
     async fn admin_read<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        self.read_as(req, |store, ai| store.check_admin(ai)).await
+    }
+
+    /// A linearizable read of the auth store by whom `permitted` allows.
+    async fn read_as<T>(
+        &self,
+        req: &Request<T>,
+        permitted: impl FnOnce(&crate::auth::AuthStore, Option<&AuthInfo>) -> Result<(), AuthError>,
+    ) -> Result<(), Status> {
         let ai = self.who(req).await?;
         self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
-        let store = self.ctx.node.sm.auth();
-        store.check_admin(ai.as_ref()).map_err(ApiError::from)?;
+        permitted(self.ctx.node.sm.auth(), ai.as_ref()).map_err(ApiError::from)?;
         Ok(())
     }
 
@@ -274,7 +283,9 @@ impl Auth for AuthService {
     }
 
     async fn user_get(&self, req: Request<AuthUserGetRequest>) -> Res<AuthUserGetResponse> {
-        self.admin_read(&req).await?;
+        let name = &req.get_ref().name;
+        self.read_as(&req, |store, ai| store.check_user_get(ai, name))
+            .await?;
         let roles = self
             .ctx
             .node
@@ -362,7 +373,9 @@ impl Auth for AuthService {
     }
 
     async fn role_get(&self, req: Request<AuthRoleGetRequest>) -> Res<AuthRoleGetResponse> {
-        self.admin_read(&req).await?;
+        let role = &req.get_ref().role;
+        self.read_as(&req, |store, ai| store.check_role_get(ai, role))
+            .await?;
         let perm = self
             .ctx
             .node

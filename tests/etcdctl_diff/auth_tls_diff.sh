@@ -269,6 +269,12 @@ scenario() {
     run -t 2 nobody --user alice:alicepw watch /other
     run -t 2 nobody --user alice:alicepw watch /ro/ --prefix --rev=1
     run nobody --user alice:alicepw user list
+    # A user may read their own entry and the roles they hold, nothing else.
+    run nobody --user alice:alicepw user get alice
+    run nobody --user alice:alicepw user get alice --detail
+    run nobody --user alice:alicepw role get ro
+    run nobody --user alice:alicepw user get root
+    run nobody --user alice:alicepw role get root
     run nobody --user alice:alicepw auth disable
     run nobody --user root:rootpw user list
     run nobody --user root --password rootpw role list
