@@ -3,7 +3,8 @@
 //! keys and watches outside refused), revoked roles and deleted users taking effect at once on
 //! every member, token expiry, auth state surviving restarts, a snapshot install and a backup
 //! restored into a new cluster, and a flood of failed logins that does not starve other
-//! clients.
+//! clients; a replaced password refused by a lagging member, open watches cancelled when their
+//! user may no longer read, and users reading their own entry and roles.
 //! (tests/etcdctl_diff and /tmp scripts compare etcdctl's output against etcd itself.)
 
 mod common;
