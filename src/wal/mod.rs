@@ -126,7 +126,9 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
 pub use backend::WalBackend;
-pub use fs::{create_dir_durable, write_file_durable, RealFs, WalFile, WalFs};
+pub use fs::{
+    create_dir_durable, fsync_dir, rename_durable, write_file_durable, RealFs, WalFile, WalFs,
+};
 #[cfg(any(test, feature = "testkit"))]
 pub use simfs::SimFs;
 

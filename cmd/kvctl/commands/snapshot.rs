@@ -19,8 +19,9 @@ fn io_err(e: impl std::fmt::Display) -> CliError {
     CliError::new(EXIT_ERROR, e.to_string())
 }
 
-/// Streams a backup from the one endpoint into `FILE.part`, checks its sha256, fsyncs it and
-/// renames it to `FILE`, so a failure never leaves a partial file under the name asked for.
+/// Streams a backup from the one endpoint into `FILE.part`, checks its sha256, fsyncs it,
+/// renames it to `FILE` and fsyncs the directory, so a failure never leaves a partial file
+/// under the name asked for, and a power loss after "saved" does not lose the name.
 pub async fn save(ctx: &Ctx, a: SnapshotFileArgs) -> Result<i32, CliError> {
     if a.args.len() != 1 {
         return Err(CliError::bad_args("snapshot save expects one argument"));
@@ -43,7 +44,7 @@ pub async fn save(ctx: &Ctx, a: SnapshotFileArgs) -> Result<i32, CliError> {
         // etcdctl exits with ExitInterrupted for any failure of the save, refusals included.
         return Err(CliError::new(EXIT_INTERRUPTED, e.msg));
     }
-    std::fs::rename(&part, &path).map_err(io_err)?;
+    kvd::wal::rename_durable(&kvd::wal::RealFs, &part, &path).map_err(io_err)?;
     println!("Snapshot saved at {}", path.display());
     Ok(0)
 }
