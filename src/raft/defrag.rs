@@ -10,6 +10,12 @@
 //!   go on. Other members are not involved.
 //! - A crash at any point leaves the old generation or the new one current, each whole; and
 //!   the state machine is rebuilt from the log above whichever it is, as after any restart.
+//! - A switch whose outcome on disk is uncertain (the pointer's rename or the fsync after it
+//!   failed) removes neither generation and leaves the state machine refusing every apply,
+//!   snapshot and defragmentation: writes to the old engine could be made durable there
+//!   (and the log purged below them) while the pointer names the new one. The member exits
+//!   on the refused apply (docs/decisions/0014-exit-on-storage-error.md), and its next start
+//!   keeps the generation the pointer names.
 //! - One defragmentation at a time (the gate).
 //! - A defragmentation waits, without the gate, until no snapshot image is held (a send to a
 //!   follower in progress), so applies do not pause for the length of a send.
@@ -76,18 +82,29 @@ impl StateMachine {
     }
 
     fn defragment_now(&self) -> Result<Defragmented, StoreError> {
+        self.usable()?;
         let started = Instant::now();
         let from = self.db_dir();
         let to = engine_dir::prepare_next(&from)?;
         let fresh = StoreEngine::open_with(&to, self.shared.mvcc.engine().options())?;
-        let res = self
-            .shared
-            .mvcc
-            .defragment(&fresh, || engine_dir::switch_to(&to).map_err(io_to_mvcc));
+        let mut switch_failed = None;
+        let res = self.shared.mvcc.defragment(&fresh, || {
+            engine_dir::switch_to(&to).map_err(|e| {
+                let m = MvccError::Storage(format!("switching to the defragmented engine: {e}"));
+                switch_failed = Some(e);
+                m
+            })
+        });
         drop(fresh);
-        let (old, copied) = match res {
-            Ok(r) => r,
-            Err(e) => {
+        let (old, copied) = match (res, switch_failed) {
+            (Ok(r), _) => r,
+            (Err(_), Some(e @ StoreError::SwitchUncertain { .. })) => {
+                // Both generations stay; the next start keeps the one the pointer names.
+                tracing::error!(error = %e, "defragmentation: the engine switch is uncertain; this member stops writing and must restart");
+                self.refuse_writes(&e);
+                return Err(e);
+            }
+            (Err(e), _) => {
                 // The old generation stays current; the new one is a leftover.
                 engine_dir::remove_when_closed(to, OLD_ENGINE_PATIENCE);
                 return Err(e.into());
@@ -105,6 +122,87 @@ impl StateMachine {
     }
 }
 
-fn io_to_mvcc(e: std::io::Error) -> MvccError {
-    MvccError::Storage(format!("switching to the defragmented engine: {e}"))
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use openraft::storage::{EntryResponder, RaftStateMachine};
+
+    use super::*;
+    use crate::mvcc::WriteRequest;
+    use crate::proto::etcdserverpb::{PutRequest, RangeRequest};
+    use crate::raft::log_store::encode;
+    use crate::raft::state_machine::META_LAST_APPLIED;
+    use crate::raft::types::{LogId, TypeConfig};
+
+    /// `keys` puts, recorded as applied up to log index `keys`, flushed.
+    fn fill(sm: &StateMachine, keys: usize) {
+        let reqs: Vec<_> = (0..keys)
+            .map(|i| {
+                WriteRequest::Put(PutRequest {
+                    key: format!("k{i:05}").into_bytes(),
+                    value: format!("v{i}").repeat(50).into_bytes(),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let applied: LogId = openraft::testing::log_id::<TypeConfig>(2, 1, keys as u64);
+        let meta = vec![(META_LAST_APPLIED.to_vec(), Some(encode(&Some(applied))))];
+        for r in sm.store().apply(&reqs, &meta).unwrap() {
+            r.unwrap();
+        }
+        sm.store().flush().unwrap();
+    }
+
+    /// Every key and value, and the last applied log id.
+    fn observe(sm: &StateMachine) -> (Vec<(Vec<u8>, Vec<u8>)>, Option<LogId>) {
+        let all = RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            ..Default::default()
+        };
+        let kvs = sm.store().range(&all).unwrap().kvs;
+        (
+            kvs.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+            sm.last_applied().unwrap(),
+        )
+    }
+
+    /// The fsync of `sm/` after the pointer's rename fails: the pointer may name the new
+    /// generation, so neither is removed, the state machine refuses writes, and a restart
+    /// finds every record in the generation the pointer names.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_uncertain_switch_removes_no_generation_and_a_restart_keeps_every_record() {
+        let d = tempfile::tempdir().unwrap();
+        let mut sm = StateMachine::open(d.path()).unwrap();
+        fill(&sm, 300);
+        let want = observe(&sm);
+        assert_eq!(want.0.len(), 300);
+
+        engine_dir::fail_sync_after_rename(d.path());
+        let err = sm.defragment().await.unwrap_err();
+        assert!(matches!(err, StoreError::SwitchUncertain { .. }), "{err}");
+
+        // No more writes to an engine that may not be the current one.
+        let nothing =
+            futures::stream::iter(Vec::<Result<EntryResponder<TypeConfig>, io::Error>>::new());
+        assert!(sm.apply(nothing).await.is_err());
+        assert!(sm.defragment().await.is_err());
+        // Neither generation is removed, even once the new one's engine has closed.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(d.path().join("db").is_dir());
+        assert!(d.path().join("db.1").is_dir());
+
+        drop(sm);
+        let sm = super::super::apply_tests::reopen(d.path()).unwrap();
+        assert_eq!(sm.db_dir(), d.path().join("db.1"), "the pointer names it");
+        let got = observe(&sm);
+        assert!(
+            got == want,
+            "after the restart: {} records, applied {:?}",
+            got.0.len(),
+            got.1
+        );
+        assert!(!d.path().join("db").exists(), "removed at the start");
+    }
 }

@@ -12,6 +12,11 @@
 //!   `db.current`, then an fsync of `sm/`) only after its engine was flushed and its
 //!   directories fsynced. A crash before the rename leaves the old one current, after it the
 //!   new one; every other `db*` directory is left over and removed at the next open.
+//! - A generation `db.current` may name is never removed. Once the rename of `db.current` has
+//!   been attempted, a failure of it or of the fsync after it leaves the pointer on disk
+//!   uncertain: [`switch_to`] says so ([`StoreError::SwitchUncertain`]), both generations stay,
+//!   and only the next start, reading the pointer, removes the other. A pointer naming a
+//!   directory that does not exist stops the start and removes nothing.
 //! - A directory is never renamed while an engine has it open (sled reads large values from
 //!   files by path), and an old generation is removed only once its engine has closed (its
 //!   lock is free) or at the next start.
@@ -20,6 +25,9 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use crate::raft::error::StoreError;
+use crate::wal::fsync_dir;
 
 const FIRST: &str = "db";
 const POINTER: &str = "db.current";
@@ -39,10 +47,6 @@ fn name_of(gen: u64) -> String {
     } else {
         format!("db.{gen}")
     }
-}
-
-fn fsync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
 }
 
 /// The current generation's name, from the pointer file.
@@ -70,6 +74,17 @@ fn current_name(sm_dir: &Path) -> io::Result<String> {
 /// and an unfinished pointer: what a crash during a defragmentation left.
 pub fn open_current(sm_dir: &Path) -> io::Result<PathBuf> {
     let current = current_name(sm_dir)?;
+    if current != FIRST && !sm_dir.join(&current).is_dir() {
+        // Only a lost directory gets here (a switch names a generation already durable):
+        // starting empty, and removing the others as leftovers, would drop the applied state.
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{} names {current}, which does not exist; nothing was removed",
+                sm_dir.join(POINTER).display()
+            ),
+        ));
+    }
     let mut removed = false;
     for entry in fs::read_dir(sm_dir)? {
         let entry = entry?;
@@ -99,6 +114,13 @@ pub fn prepare_next(current: &Path) -> io::Result<PathBuf> {
         .and_then(|n| generation(&n.to_string_lossy()))
         .unwrap_or(0);
     let next = sm_dir.join(name_of(gen + 1));
+    if current_name(sm_dir)? == name_of(gen + 1) {
+        // A switch to it whose outcome is uncertain: the next start decides, not this.
+        return Err(io::Error::other(format!(
+            "{} is named by {POINTER}; restart the member",
+            next.display()
+        )));
+    }
     if next.exists() {
         fs::remove_dir_all(&next)?;
     }
@@ -107,7 +129,10 @@ pub fn prepare_next(current: &Path) -> io::Result<PathBuf> {
 }
 
 /// Makes `next` (from [`prepare_next`], its engine flushed) the current generation, durably.
-pub fn switch_to(next: &Path) -> io::Result<()> {
+/// An error before the rename leaves the current generation as it was (`next` may be
+/// removed); from the rename on, it is [`StoreError::SwitchUncertain`]: either generation may
+/// be current on disk, so neither may be removed, nor written as if it were the only one.
+pub fn switch_to(next: &Path) -> Result<(), StoreError> {
     let sm_dir = next.parent().unwrap_or(Path::new("."));
     // A file whose directory entry is not durable can vanish with a power loss.
     sync_tree(next)?;
@@ -120,9 +145,42 @@ pub fn switch_to(next: &Path) -> io::Result<()> {
     f.write_all(name.as_bytes())?;
     f.sync_all()?;
     drop(f);
-    fs::rename(&tmp, sm_dir.join(POINTER))?;
-    fsync_dir(sm_dir)?;
+    let uncertain = |e: io::Error| StoreError::SwitchUncertain {
+        dir: next.to_path_buf(),
+        reason: e.to_string(),
+    };
+    fs::rename(&tmp, sm_dir.join(POINTER)).map_err(uncertain)?;
+    sync_after_rename(sm_dir).map_err(uncertain)?;
     Ok(())
+}
+
+/// The fsync of `sm/` that makes a switch durable; tests make it fail.
+fn sync_after_rename(sm_dir: &Path) -> io::Result<()> {
+    #[cfg(test)]
+    {
+        let mut failing = FAIL_SYNC_AFTER_RENAME
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = failing.iter().position(|d| d == sm_dir) {
+            failing.remove(i);
+            return Err(io::Error::other("injected fsync failure"));
+        }
+    }
+    fsync_dir(sm_dir)
+}
+
+/// `sm/` directories whose next fsync after a pointer rename fails (test builds only). Keyed by
+/// directory, not thread: the switch runs on a blocking-pool thread.
+#[cfg(test)]
+static FAIL_SYNC_AFTER_RENAME: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes the next fsync of `sm_dir` after a pointer rename fail, once.
+#[cfg(test)]
+pub(crate) fn fail_sync_after_rename(sm_dir: &Path) {
+    FAIL_SYNC_AFTER_RENAME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(sm_dir.to_path_buf());
 }
 
 /// fsyncs every file and directory under `dir`: sled syncs its log on flush, but not
@@ -216,6 +274,31 @@ mod tests {
         assert_eq!(names(sm), ["db.1", "db.current"]);
         assert_eq!(fs::read(next.join("data")).unwrap(), b"new");
         assert_eq!(prepare_next(&next).unwrap(), sm.join("db.2"));
+    }
+
+    #[test]
+    fn a_pointer_naming_a_missing_generation_stops_the_start_and_removes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let sm = d.path();
+        let first = open_current(sm).unwrap();
+        fs::write(first.join("data"), b"applied state").unwrap();
+        fs::write(sm.join(POINTER), b"db.1").unwrap();
+        assert!(open_current(sm).is_err());
+        assert_eq!(fs::read(first.join("data")).unwrap(), b"applied state");
+        assert!(!sm.join("db.1").exists());
+    }
+
+    #[test]
+    fn the_generation_the_pointer_names_is_never_prepared_over() {
+        let d = tempfile::tempdir().unwrap();
+        let sm = d.path();
+        let first = open_current(sm).unwrap();
+        let next = prepare_next(&first).unwrap();
+        fs::write(next.join("data"), b"new").unwrap();
+        // As after an uncertain switch: the pointer names `db.1`, the engine is still on `db`.
+        fs::write(sm.join(POINTER), b"db.1").unwrap();
+        assert!(prepare_next(&first).is_err());
+        assert_eq!(fs::read(next.join("data")).unwrap(), b"new");
     }
 
     #[test]

@@ -80,6 +80,15 @@ pub enum StoreError {
     /// its backup file).
     #[error("the entries' source failed")]
     SourceFailed,
+    /// A switch of the state machine's engine to the generation in `dir` failed once the
+    /// rename of its pointer had been attempted: either generation may be current on disk.
+    /// The state machine refuses every write from then on (so the member exits, as on any
+    /// storage error); the next start reads the pointer and keeps the one it names.
+    #[error(
+        "switching the state machine's engine to {dir}: {reason}; which engine is current is \
+         decided at the next start"
+    )]
+    SwitchUncertain { dir: PathBuf, reason: String },
 }
 
 impl From<StoreError> for std::io::Error {

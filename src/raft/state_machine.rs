@@ -30,6 +30,9 @@
 //!   an install holds `install_gate` for writing from start to end.
 //! - Active alarms are meta keys like the member attributes; `alarms` mirrors them (loaded at
 //!   open and after every snapshot load) and decides apply-time refusals (see `alarm_set`).
+//! - After a defragmentation's engine switch with an uncertain outcome (see `defrag`), every
+//!   apply, snapshot image, install and defragmentation fails: nothing is written to an engine
+//!   that may not be the current one on disk.
 //! - So does the auth store (`auth/` meta keys, see `crate::auth::store`): a client write or
 //!   auth change is checked at apply time against the identity and auth revision its entry
 //!   carries, before alarms, so every member refuses the same entries (etcd's authApplierV3).
@@ -120,6 +123,9 @@ pub struct SmShared {
     needs_upgrade: std::sync::OnceLock<String>,
     /// Set when the member stops: a stopped apply gives up waiting.
     closing: watch::Sender<bool>,
+    /// Set by a defragmentation whose engine switch is uncertain: the switch's error, which
+    /// every later write returns.
+    refused: std::sync::Mutex<Option<(PathBuf, String)>>,
 }
 
 #[derive(Clone)]
@@ -170,6 +176,7 @@ impl StateMachine {
                 cluster_format: AtomicU32::new(OLDEST_LOG_FORMAT),
                 needs_upgrade: std::sync::OnceLock::new(),
                 closing: watch::channel(false).0,
+                refused: std::sync::Mutex::new(None),
             }),
         };
         sm.repair_from_snapshot()?;
@@ -203,6 +210,33 @@ impl StateMachine {
         let _io = self.shared.snap_io.lock().unwrap();
         snapshot_file::remove_through(&self.shared.snap_dir, &meta)?;
         Ok(())
+    }
+
+    /// An error once writes are refused (see the module doc).
+    pub(super) fn usable(&self) -> Result<(), StoreError> {
+        match &*self
+            .shared
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            None => Ok(()),
+            Some((dir, reason)) => Err(StoreError::SwitchUncertain {
+                dir: dir.clone(),
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// Refuses every write from now on with `e` (a [`StoreError::SwitchUncertain`]).
+    pub(super) fn refuse_writes(&self, e: &StoreError) {
+        if let StoreError::SwitchUncertain { dir, reason } = e {
+            *self
+                .shared
+                .refused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some((dir.clone(), reason.clone()));
+        }
     }
 
     /// Reloads the in-memory alarm set from the meta tree.
@@ -254,6 +288,7 @@ impl StateMachine {
     ) -> Result<(), io::Error> {
         // A defragmentation pauses applies (awaited: no runtime thread blocks).
         let _defrag = self.shared.defrag_gate.read().await;
+        self.usable()?;
         let Some(last) = batch.last().map(|(e, _)| e.log_id()) else {
             return Ok(());
         };
@@ -754,6 +789,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         .map_err(io::Error::other)??;
         let (t1, bytes) = (std::time::Instant::now(), checked.bytes);
         let _defrag = self.shared.defrag_gate.read().await;
+        self.usable()?;
         // Readers wait for the end of the install rather than see a half-loaded store.
         let _no_reads = self.shared.install_gate.write().await;
         // Writing a whole key space into the engine takes seconds; the worker's other tasks
@@ -801,6 +837,7 @@ impl StateMachine {
     /// itself is read later, while applies go on (see `mvcc::Image`).
     async fn image(&self) -> Result<Image, StoreError> {
         let _defrag = self.shared.defrag_gate.read().await;
+        self.usable()?;
         let meta = SnapshotMeta {
             last_log_id: self.last_applied()?,
             last_membership: self.membership()?,
