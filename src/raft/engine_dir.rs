@@ -183,18 +183,71 @@ pub(crate) fn fail_sync_after_rename(sm_dir: &Path) {
         .push(sm_dir.to_path_buf());
 }
 
+/// Makes everything the engine in `db_dir` wrote durable; the engine must have been flushed.
+/// sled's flush is not enough on its own: it writes its log with `sync_file_range` (neither the
+/// file's size nor the disk's write cache), writes its blobs and config without any sync, and
+/// syncs no directory.
+pub fn sync_engine(db_dir: &Path) -> io::Result<()> {
+    sync_tree(db_dir)?;
+    if let Some(sm_dir) = db_dir.parent() {
+        record_step(sm_dir, "engine synced");
+    }
+    Ok(())
+}
+
 /// fsyncs every file and directory under `dir`: sled syncs its log on flush, but not
 /// necessarily the files it wrote once at open (its config, its snapshot) nor any directory.
+/// An entry removed meanwhile (sled replaces its snapshot and removes blobs as it runs) needs
+/// no sync.
 fn sync_tree(dir: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
+    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
+    let entries = match fs::read_dir(dir) {
+        Err(e) if gone(&e) => return Ok(()),
+        r => r?,
+    };
+    for entry in entries {
         let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            sync_tree(&entry.path())?;
-        } else {
-            fs::File::open(entry.path())?.sync_all()?;
+        let res = match entry.file_type() {
+            Ok(t) if t.is_dir() => sync_tree(&entry.path()),
+            Ok(_) => fs::File::open(entry.path()).and_then(|f| f.sync_all()),
+            Err(e) => Err(e),
+        };
+        match res {
+            Err(e) if gone(&e) => {}
+            r => r?,
         }
     }
     fsync_dir(dir)
+}
+
+/// Records that `step` happened for the state machine in `sm_dir` (test builds only; nothing
+/// otherwise), so tests can check the order of durability steps and removals.
+#[inline]
+pub(crate) fn record_step(sm_dir: &Path, step: &'static str) {
+    #[cfg(test)]
+    STEPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(sm_dir.to_path_buf())
+        .or_default()
+        .push(step);
+    #[cfg(not(test))]
+    let _ = (sm_dir, step);
+}
+
+#[cfg(test)]
+static STEPS: std::sync::Mutex<std::collections::BTreeMap<PathBuf, Vec<&'static str>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The steps recorded for `sm_dir` so far, in order.
+#[cfg(test)]
+pub(crate) fn steps(sm_dir: &Path) -> Vec<&'static str> {
+    STEPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(sm_dir)
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Removes an old generation once no engine holds it open (sled keeps an exclusive lock on

@@ -31,7 +31,7 @@ fn file_name(meta: &SnapshotMeta) -> String {
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)?.sync_all()?;
+    crate::wal::fsync_dir(dir)?;
     Ok(())
 }
 
@@ -485,6 +485,9 @@ fn remove_where(dir: &Path, remove: impl Fn(&Path) -> bool) -> Result<(), StoreE
     }
     if removed {
         sync_dir(dir)?;
+        if let Some(sm_dir) = dir.parent() {
+            super::engine_dir::record_step(sm_dir, "snapshot files removed");
+        }
     }
     Ok(())
 }

@@ -25,7 +25,8 @@
 //!   snapshot) reinstalls from the file.
 //! - Snapshot files (received, restored, or left by older versions) are written and removed
 //!   under `snap_io` only. One is removed once the engine is durable past it: after its
-//!   load, or at open when the engine is at least as new.
+//!   load, or at open when the engine is at least as new, and in both cases only after
+//!   `make_engine_durable` (sled's own flush does not fsync everything).
 //! - Readers through the state machine's read methods never see a half-installed snapshot:
 //!   an install holds `install_gate` for writing from start to end.
 //! - Active alarms are meta keys like the member attributes; `alarms` mirrors them (loaded at
@@ -205,8 +206,11 @@ impl StateMachine {
             tracing::warn!(snapshot = %path.display(), interrupted, "state machine older than snapshot: reinstalling");
             self.load_snapshot_file(&meta, &path)?;
         }
-        // What the engine holds now is on disk (it was read from there, or the load flushed
-        // it), and at least as new as every file: none is needed any more.
+        // What the engine holds now is at least as new as every file: none is needed once it
+        // is durable (it may be only in the page cache: just loaded, or read back after the
+        // process crashed).
+        self.make_engine_durable()?;
+        crash_point(self.shared.mvcc.engine())?;
         let _io = self.shared.snap_io.lock().unwrap();
         snapshot_file::remove_through(&self.shared.snap_dir, &meta)?;
         Ok(())
@@ -237,6 +241,14 @@ impl StateMachine {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some((dir.clone(), reason.clone()));
         }
+    }
+
+    /// Flushes the engine and fsyncs its files and directories (`engine_dir::sync_engine`):
+    /// what must precede removing a snapshot file that the engine's state replaces.
+    fn make_engine_durable(&self) -> Result<(), StoreError> {
+        self.shared.mvcc.engine().flush()?;
+        super::engine_dir::sync_engine(&self.db_dir())?;
+        Ok(())
     }
 
     /// Reloads the in-memory alarm set from the meta tree.
@@ -802,7 +814,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
             let (_, entries) = snapshot_file::entries(&path)?;
             self.load_snapshot(meta, entries)?;
-            // The load flushed the engine: the file is no longer needed for a restart.
+            // Once the engine is durable, the file is no longer needed for a restart.
+            self.make_engine_durable()?;
+            crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
             snapshot_file::remove_through(&self.shared.snap_dir, meta)?;
             tracing::info!(
                 index = meta.last_log_id.map_or(0, |l| l.index),
