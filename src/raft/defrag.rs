@@ -155,7 +155,9 @@ mod tests {
     }
 
     /// Every key and value, and the last applied log id.
-    fn observe(sm: &StateMachine) -> (Vec<(Vec<u8>, Vec<u8>)>, Option<LogId>) {
+    type Observed = (Vec<(Vec<u8>, Vec<u8>)>, Option<LogId>);
+
+    fn observe(sm: &StateMachine) -> Observed {
         let all = RangeRequest {
             key: vec![0],
             range_end: vec![0],
