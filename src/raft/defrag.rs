@@ -196,7 +196,7 @@ mod tests {
         assert!(d.path().join("db.1").is_dir());
 
         drop(sm);
-        let sm = super::super::apply_tests::reopen(d.path()).unwrap();
+        let sm = crate::raft::state_machine::apply_tests::reopen(d.path()).unwrap();
         assert_eq!(sm.db_dir(), d.path().join("db.1"), "the pointer names it");
         let got = observe(&sm);
         assert!(
