@@ -360,3 +360,104 @@ async fn tls_versions_and_cipher_suites_by_etcd_names() {
         assert!(err.contains(msg), "{err}");
     }
 }
+
+/// Runs kvd with `args` and the given TLS listen URLs; its exit status and stderr, or `None`
+/// if it was still running after a few seconds (it started instead of refusing).
+fn refused_at_start(args: &[String]) -> Option<(std::process::ExitStatus, String)> {
+    let dir = tempfile::tempdir().unwrap();
+    let err_file = dir.path().join("stderr");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvd"))
+        .arg(format!("--data-dir={}", dir.path().join("d").display()))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some((status, std::fs::read_to_string(&err_file).unwrap()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    None
+}
+
+/// A self-signed auto-TLS certificate names no CA, so client-cert-auth could not be enforced:
+/// the member refuses to start and says what to configure, on the peer and the client side.
+#[test]
+fn client_cert_auth_with_auto_tls_is_refused_at_start() {
+    let (cp, pp) = (common::free_port(), common::free_port());
+    let peer = format!("https://127.0.0.1:{pp}");
+    let base = |client_scheme: &str| {
+        vec![
+            "--name=a".to_string(),
+            format!("--listen-client-urls={client_scheme}://127.0.0.1:{cp}"),
+            format!("--advertise-client-urls={client_scheme}://127.0.0.1:{cp}"),
+            format!("--listen-peer-urls={peer}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+            format!("--initial-cluster=a={peer}"),
+            "--peer-auto-tls".to_string(),
+        ]
+    };
+    for (extra, scheme, msg) in [
+        (
+            vec!["--peer-client-cert-auth"],
+            "http",
+            "--peer-client-cert-auth cannot be enforced with --peer-auto-tls",
+        ),
+        (
+            vec!["--auto-tls", "--client-cert-auth"],
+            "https",
+            "--client-cert-auth cannot be enforced with --auto-tls",
+        ),
+    ] {
+        let mut args = base(scheme);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let (status, err) = refused_at_start(&args)
+            .unwrap_or_else(|| panic!("kvd {extra:?} started instead of refusing"));
+        assert!(!status.success());
+        assert!(err.contains(msg), "{err}");
+        assert!(err.contains("trusted-ca-file"), "{err}");
+    }
+}
+
+/// With a real CA and client-cert-auth, a client without a certificate and one with a
+/// certificate from another CA are refused on both ports, over gRPC's HTTP/2 and over
+/// HTTP/1.1 (the JSON gateway and /health share the client port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_ports_refuse_a_missing_or_foreign_client_certificate() {
+    let shared = tls::pki();
+    let c = Cluster::start_tls(1, true, |_| Vec::new()).await;
+    let ca = &shared.pki.ca_file;
+    let dir = tempfile::tempdir().unwrap();
+    let other = Pki::new(dir.path(), "other-ca");
+    let foreign = other.issue("foreign", Leaf::new("m0", 11));
+    for url in [c.members[0].client_url(), c.members[0].peer_url()] {
+        tls::handshake(&url, tls::harness_client()).await.unwrap();
+        let e = tls::handshake(&url, tls::client_config(ca, None)).await;
+        assert!(
+            e.is_err(),
+            "{url}: a client without a certificate was let in"
+        );
+        let e = tls::handshake(&url, tls::client_config(ca, Some(&foreign))).await;
+        assert!(e.is_err(), "{url}: a certificate of another CA was let in");
+        let ca = ca.display().to_string();
+        for path in ["/health", "/members", "/v3/kv/range"] {
+            let (ok, out) = curl(&["--cacert", &ca, &format!("{url}{path}")]);
+            assert!(!ok, "{url}{path} without a certificate: {out}");
+            let (ok, out) = curl(&[
+                "--cacert",
+                &ca,
+                "--cert",
+                &foreign.cert.display().to_string(),
+                "--key",
+                &foreign.key.display().to_string(),
+                &format!("{url}{path}"),
+            ]);
+            assert!(!ok, "{url}{path} with another CA's certificate: {out}");
+        }
+    }
+}

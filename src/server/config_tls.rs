@@ -3,8 +3,15 @@
 //! Semantics follow etcd 3.4/3.5 (`embed/config.go`, `pkg/transport`):
 //! - `--trusted-ca-file` alone already makes the server require and verify a client
 //!   certificate; `--client-cert-auth` without a CA file has nothing to verify against and is
-//!   refused here (etcd would fall back to the system roots, which kvd does not read).
-//!   `--client-cert-auth` also makes the certificate's CN the auth user.
+//!   refused here (etcd would fall back to the system roots, which kvd does not read), with
+//!   auto TLS too (etcd 3.4 silently drops the flag there; see decision 0038). So a side with
+//!   client-cert-auth always has a CA, and all its TLS listeners refuse a client without a
+//!   certificate that CA verifies. `--client-cert-auth` also makes the certificate's CN the
+//!   auth user.
+//! - `--peer-client-cert-auth` with a plain `http://` peer listen URL is refused (etcd only
+//!   warns): that listener would serve the root-equivalent peer service to anyone. A plain
+//!   client listener next to `--client-cert-auth` is served, as in etcd, with a warning at
+//!   start: requests there still need a token when auth is on.
 //! - `--auto-tls` / `--peer-auto-tls` generate a self-signed certificate under
 //!   `<data-dir>/fixtures/{client,peer}` at start, only when no certificate files are given.
 //! - An `https://` listen URL needs a certificate (given or automatic); an `http://` URL next
@@ -295,14 +302,37 @@ impl TlsFlags {
                 "--peer-cert-allowed-cn and --peer-cert-allowed-hostname are mutually exclusive",
             );
         }
-        for (info, ca_flag, auth_flag) in [
-            (&client, "trusted-ca-file", "client-cert-auth"),
-            (&peer, "peer-trusted-ca-file", "peer-client-cert-auth"),
-        ] {
-            if info.client_cert_auth && info.trusted_ca_file.is_none() && !info.auto_tls {
+        for (info, side) in [(&client, ""), (&peer, "peer-")] {
+            let (ca_flag, auth_flag) = (
+                format!("{side}trusted-ca-file"),
+                format!("{side}client-cert-auth"),
+            );
+            if info.client_cert_auth && info.trusted_ca_file.is_none() {
+                // A self-signed certificate names no CA, and a certificate anyone can make
+                // for themselves proves nothing: with auto TLS the flag would be a promise of
+                // authentication that nobody keeps (etcd 3.4 drops it without a word).
+                if info.auto_tls {
+                    return err(format!(
+                        "--{auth_flag} cannot be enforced with --{side}auto-tls: a self-signed \
+                         certificate has no CA to verify client certificates against; give \
+                         --{ca_flag} with --{side}cert-file and --{side}key-file issued by that \
+                         CA, or drop --{auth_flag}"
+                    ));
+                }
                 return err(format!(
                     "--{auth_flag} needs --{ca_flag}: kvd verifies client certificates against \
                      the given CA only"
+                ));
+            }
+        }
+        // A plain-text peer listener would serve the peer service, which is root-equivalent,
+        // to anyone, next to listeners that demand a certificate.
+        if peer.client_cert_auth {
+            if let Some(u) = listen_peer.iter().find(|u| !is_https(u)) {
+                return err(format!(
+                    "--peer-client-cert-auth: peer url {u} is not https, so it would serve \
+                     peers without a certificate; use https:// for every --listen-peer-urls \
+                     entry"
                 ));
             }
         }
@@ -459,6 +489,58 @@ mod tests {
             .validate(&[], &[], &[])
             .unwrap_err();
         assert!(e.0.contains("unsupported"), "{e}");
+    }
+
+    #[test]
+    fn client_cert_auth_with_auto_tls_is_refused() {
+        let e = flags(&["--peer-auto-tls", "--peer-client-cert-auth"])
+            .validate(&[], &["https://127.0.0.1:2380".into()], &[])
+            .unwrap_err();
+        assert!(
+            e.0.starts_with("--peer-client-cert-auth cannot be enforced with --peer-auto-tls"),
+            "{e}"
+        );
+        assert!(e.0.contains("--peer-trusted-ca-file"), "{e}");
+        let e = flags(&["--auto-tls", "--client-cert-auth"])
+            .validate(&[H.into()], &[], &[])
+            .unwrap_err();
+        assert!(
+            e.0.starts_with("--client-cert-auth cannot be enforced with --auto-tls"),
+            "{e}"
+        );
+        assert!(e.0.contains("--trusted-ca-file"), "{e}");
+        // Auto TLS alone still starts, and so does client-cert-auth with a CA.
+        assert!(flags(&["--peer-auto-tls"])
+            .validate(&[], &["https://127.0.0.1:2380".into()], &[])
+            .is_ok());
+        assert!(flags(&[
+            "--cert-file=c",
+            "--key-file=k",
+            "--trusted-ca-file=ca",
+            "--client-cert-auth"
+        ])
+        .validate(&[H.into()], &[], &[])
+        .is_ok());
+    }
+
+    #[test]
+    fn peer_client_cert_auth_refuses_a_plain_peer_listener() {
+        let f = flags(&[
+            "--peer-cert-file=c",
+            "--peer-key-file=k",
+            "--peer-trusted-ca-file=ca",
+            "--peer-client-cert-auth",
+        ]);
+        let e = f
+            .validate(&[], &["https://127.0.0.1:2380".into(), P.into()], &[])
+            .unwrap_err();
+        assert!(
+            e.0.contains("peer url http://127.0.0.1:2380 is not https"),
+            "{e}"
+        );
+        assert!(f
+            .validate(&[], &["https://127.0.0.1:2380".into()], &[])
+            .is_ok());
     }
 
     #[test]

@@ -151,6 +151,13 @@ pub fn serve(
                     stop,
                 )),
                 None => {
+                    if member.tls.client_cert_auth {
+                        // As etcd: the operator asked for this listener; say what it lacks.
+                        tracing::warn!(
+                            address = ?cfg.listen_client.get(i),
+                            "plain-text client listener: --client-cert-auth does not apply to it"
+                        );
+                    }
                     tokio::spawn(server.serve_with_incoming_shutdown(dispatch, incoming(l), stop))
                 }
             },

@@ -6,7 +6,10 @@
 //!   files it cannot use; afterwards they are re-read when they change ([`super::reload`],
 //!   [`super::verify`]).
 //! - A listener with a trusted CA requires a client certificate (etcd: `--trusted-ca-file`
-//!   alone sets `RequireAndVerifyClientCert`).
+//!   alone sets `RequireAndVerifyClientCert`). A side with client-cert-auth always has a CA
+//!   (the configuration refuses it otherwise, auto TLS included), and every TLS listener of a
+//!   side shares its one server config, so none of them serves a client without a verified
+//!   certificate.
 //! - Dialing a peer always verifies its certificate against the peer CA, except with
 //!   `--peer-auto-tls` and no CA, where etcd skips verification of self-signed peers.
 
@@ -109,6 +112,8 @@ fn server_config(
             info.crl_file.clone(),
             rule,
         )?),
+        // Serving without asking for a certificate here would drop client-cert-auth silently.
+        None if info.client_cert_auth => return Err(TlsError::ClientCertAuthWithoutCa),
         None => WebPkiClientVerifier::no_client_auth(),
     };
     let mut c = ServerConfig::builder_with_provider(provider(tls))

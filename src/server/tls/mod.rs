@@ -51,6 +51,8 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
     #[error("tls: client certificate verifier: {0}")]
     Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("client-cert-auth is on but no trusted CA file is configured to verify clients")]
+    ClientCertAuthWithoutCa,
     #[error("auto-tls: cannot generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("auto-tls: cannot write {path}: {source}")]
