@@ -461,3 +461,59 @@ async fn both_ports_refuse_a_missing_or_foreign_client_certificate() {
         }
     }
 }
+
+/// Clients such as Node's etcd3 send the server's IP address as SNI; rustls ignores it with a
+/// warning per connection, which kvd keeps out of its log (etcd says nothing either). The
+/// connection itself works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ip_address_as_sni_is_served_without_a_warning() {
+    let shared = tls::pki();
+    let c = Cluster::start_tls(1, true, |_| Vec::new()).await;
+    let port = c.members[0].client_port.to_string();
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-quiet"])
+        .args(["-connect", &format!("127.0.0.1:{port}")])
+        // Sent as the SNI host name, as those clients do.
+        .args(["-servername", "127.0.0.1", "-alpn", "http/1.1"])
+        .arg("-CAfile")
+        .arg(&shared.pki.ca_file)
+        .arg("-cert")
+        .arg(&shared.client.cert)
+        .arg("-key")
+        .arg(&shared.client.key)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("openssl");
+    // -quiet keeps the connection open after stdin ends, until the server closes it.
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        body.contains("\"health\":\"true\""),
+        "{body}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = c.log_of(0);
+    assert!(!log.contains("Illegal SNI"), "{log}");
+    // Real TLS failures are still reported.
+    let e = tls::handshake(
+        &c.members[0].client_url(),
+        tls::client_config(&shared.pki.ca_file, None),
+    )
+    .await;
+    assert!(e.is_err());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !c.log_of(0).contains("rejected connection from") {
+        assert!(std::time::Instant::now() < deadline, "{}", c.log_of(0));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -18,7 +18,12 @@ use tracing_subscriber::EnvFilter;
 
 /// Noisy dependencies, down to what an operator acts on. openraft warns on every failed RPC
 /// (thousands a second while a peer is down); kvd's own `raft::links` reports peers instead.
-const QUIET: &str = "openraft=error,sled=warn,h2=warn,tower=warn,hyper=warn";
+/// rustls warns from its ClientHello parser on every connection whose client sends an IP
+/// address as SNI (Node's etcd3 does), which it then ignores as RFC 6066 says; a handshake that
+/// fails still reaches the log through kvd's acceptor ("rejected connection"), and rustls'
+/// other warnings stay.
+const QUIET: &str =
+    "openraft=error,sled=warn,h2=warn,tower=warn,hyper=warn,rustls::msgs::handshake=error";
 
 /// Installs the global subscriber. `KVD_LOG` (an EnvFilter) replaces the level filter.
 pub fn init(cfg: &LogConfig) {
