@@ -1,8 +1,8 @@
 //! Client and peer TLS against real kvd processes: mutual TLS between members and with
 //! clients, what the handshake refuses (no certificate, another CA, expired, revoked, a peer
-//! CN that is not allowed), certificate rotation without restart, the JSON gateway and
-//! /health over https, etcdctl with certificates, auto TLS, and https peer URLs a member
-//! cannot dial.
+//! CN that is not allowed), on both ports, certificate rotation without restart, the JSON
+//! gateway and /health over https, etcdctl with certificates, auto TLS (and client-cert-auth
+//! refused with it), https peer URLs a member cannot dial, and an IP address as SNI.
 
 mod common;
 
