@@ -14,19 +14,19 @@
 use std::future::Future;
 
 use axum::body::{Body, Bytes};
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::{Code, Status, Streaming};
 
-use super::json;
+use super::json::{self, BodyError, BodyLimit};
 use crate::server::client_cert::{ClientCert, TlsPeer};
 
 /// What the gateway passes on of an HTTP request: its headers, and the verified client
@@ -49,6 +49,24 @@ impl<S: Send + Sync> FromRequestParts<S> for Incoming {
             headers: parts.headers.clone(),
             cert,
         })
+    }
+}
+
+/// A unary call's request body, read whole but refused as soon as it passes the gateway's
+/// [`BodyLimit`] (as the transport would refuse the message), so no body is buffered past it.
+pub struct JsonBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody
+where
+    BodyLimit: FromRef<S>,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        json::read_body(req.into_body(), BodyLimit::from_ref(state))
+            .await
+            .map(JsonBody)
+            .map_err(|s| json::unary_error(&s))
     }
 }
 
@@ -109,31 +127,57 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A bidirectional stream call (Watch, LeaseKeepAlive).
-pub async fn bidi<Req, Resp, F, Fut>(inc: &Incoming, body: Body, call: F) -> Response
+/// A bidirectional stream call (Watch, LeaseKeepAlive). Each message of the body is held
+/// to `limit`: a first message above it is refused as a unary body would be; a later one
+/// ends the response with the refusal as its error chunk, which closes the connection.
+pub async fn bidi<Req, Resp, F, Fut>(
+    inc: &Incoming,
+    body: Body,
+    limit: BodyLimit,
+    call: F,
+) -> Response
 where
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
     F: FnOnce(tonic::Request<ReceiverStream<Req>>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<Streaming<Resp>>, Status>>,
 {
-    let mut input = json::MessageStream::new(body.into_data_stream());
+    let mut input = json::MessageStream::new(body.into_data_stream(), limit);
     let (tx, rx) = mpsc::channel::<Req>(16);
     match input.next::<Req>().await {
         Some(Ok(m)) => {
             let _ = tx.try_send(m);
         }
         // grpc-gateway passes the decoder's error on as is: code Unknown.
-        Some(Err(e)) => return json::unary_error(&Status::new(Code::Unknown, e)),
+        Some(Err(BodyError::Invalid(e))) => {
+            return json::unary_error(&Status::new(Code::Unknown, e))
+        }
+        Some(Err(BodyError::TooLarge(s))) => {
+            input.drain().await;
+            return json::unary_error(&s);
+        }
         None => {}
     }
+    let (refused_tx, refused) = oneshot::channel::<Status>();
     let forward = tokio::spawn(async move {
-        while let Some(Ok(m)) = input.next::<Req>().await {
-            if tx.send(m).await.is_err() {
-                return;
+        loop {
+            match input.next::<Req>().await {
+                Some(Ok(m)) => {
+                    if tx.send(m).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Err(BodyError::TooLarge(s))) => {
+                    input.drain().await;
+                    let _ = refused_tx.send(s);
+                    return;
+                }
+                // As in grpc-gateway, a message that does not decode ends the requests, not
+                // the call: dropping tx half-closes the request stream, as the end of the
+                // body does.
+                Some(Err(BodyError::Invalid(_))) | None => return,
             }
         }
-        // Dropping tx half-closes the request stream, as the end of the body should.
     });
     let guard = AbortOnDrop(forward);
     let mut out = match call(request_with_metadata(inc, ReceiverStream::new(rx))).await {
@@ -145,15 +189,43 @@ where
         Ok(None) => return json::stream_response(futures::stream::empty()),
         Err(s) => return json::stream_failed(&s),
     };
-    let rest = futures::stream::unfold(Some((out, guard)), |state| async move {
-        let (mut out, guard) = state?;
-        match out.message().await {
-            Ok(Some(m)) => Some((json::result_chunk(&m), Some((out, guard)))),
-            Ok(None) => None,
-            Err(s) => Some((json::error_chunk(&s), None)),
+    let state = BidiOut {
+        out,
+        refused: Some(refused),
+        _guard: guard,
+    };
+    let rest = futures::stream::unfold(Some(state), |state| async move {
+        let mut st = state?;
+        loop {
+            tokio::select! {
+                m = st.out.message() => {
+                    return match m {
+                        Ok(Some(m)) => Some((json::result_chunk(&m), Some(st))),
+                        Ok(None) => None,
+                        Err(s) => Some((json::error_chunk(&s), None)),
+                    };
+                }
+                r = async { st.refused.as_mut().expect("enabled only while set").await },
+                    if st.refused.is_some() =>
+                {
+                    match r {
+                        Ok(s) => return Some((json::error_chunk(&s), None)),
+                        // The body ended, or the requests did: the responses go on.
+                        Err(_) => st.refused = None,
+                    }
+                }
+            }
         }
     });
     json::stream_response(futures::stream::once(async move { first }).chain(rest))
+}
+
+/// A bidirectional call's response side: the responses, the request body's refusal (when
+/// a message in it is too large), and the task that forwards the requests.
+struct BidiOut<Resp> {
+    out: Streaming<Resp>,
+    refused: Option<oneshot::Receiver<Status>>,
+    _guard: AbortOnDrop,
 }
 
 /// A server-streaming call (Election.Observe): the body is one request, as for a unary call;

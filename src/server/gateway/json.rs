@@ -16,6 +16,7 @@
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
 use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -156,11 +157,111 @@ pub fn decode_unary<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, Sta
     }
 }
 
+/// How large a request body (or one message of a streamed body) may be: `max_body` bytes of
+/// JSON, refused with grpc-go's status for a message above `max_msg`, the transport's limit.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit {
+    pub max_body: usize,
+    pub max_msg: usize,
+}
+
+impl BodyLimit {
+    /// The refusal of `found` bytes: what the transport answers to a message above its limit.
+    pub fn refuse(&self, found: usize) -> Status {
+        crate::server::oversize::too_large(found as u64, self.max_msg as u64)
+    }
+}
+
+/// Finds where one top-level JSON value ends in a growing buffer, keeping its state between
+/// chunks, so that each byte is looked at once however the value is split. It checks only
+/// nesting and strings: the decoder judges the value once it is complete.
+#[derive(Debug, Default)]
+struct Scanner {
+    /// How far the buffer has been looked at.
+    pos: usize,
+    /// The value's first byte has been seen.
+    started: bool,
+    /// Open `{` and `[` (not told apart: a mismatch is the decoder's to find).
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// A number, literal or stray byte at the top level: it ends at the next delimiter.
+    scalar: bool,
+}
+
+fn json_whitespace(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+impl Scanner {
+    /// The end (exclusive) of the value in `buf`, once it is all there.
+    fn scan(&mut self, buf: &[u8]) -> Option<usize> {
+        while self.pos < buf.len() {
+            let b = buf[self.pos];
+            if self.in_string {
+                self.pos += 1;
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                    if self.depth == 0 {
+                        return Some(self.pos);
+                    }
+                }
+                continue;
+            }
+            if self.scalar {
+                if json_whitespace(b) || b"{}[],:\"".contains(&b) {
+                    return Some(self.pos);
+                }
+                self.pos += 1;
+                continue;
+            }
+            self.pos += 1;
+            if !self.started {
+                if json_whitespace(b) {
+                    continue;
+                }
+                self.started = true;
+                match b {
+                    b'{' | b'[' => self.depth = 1,
+                    b'"' => self.in_string = true,
+                    // A stray delimiter: a value of its own, for the decoder to refuse.
+                    b'}' | b']' | b',' | b':' => return Some(self.pos),
+                    _ => self.scalar = true,
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        return Some(self.pos);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
 /// Decodes a request body that carries a stream of JSON messages, as they arrive.
+///
+/// Invariant: at most `limit.max_body` bytes (plus one chunk) are held: the bytes since the
+/// previous message, including the whitespace before the next one. More than that without a
+/// complete message ends the stream with the limit's refusal.
 pub struct MessageStream<B> {
     body: B,
-    buf: Vec<u8>,
+    /// What arrived after the previous message.
+    buf: BytesMut,
+    scanner: Scanner,
     body_done: bool,
+    limit: BodyLimit,
 }
 
 impl<B, E> MessageStream<B>
@@ -168,39 +269,110 @@ where
     B: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    pub fn new(body: B) -> Self {
+    pub fn new(body: B, limit: BodyLimit) -> Self {
         MessageStream {
             body,
-            buf: Vec::new(),
+            buf: BytesMut::new(),
+            scanner: Scanner::default(),
             body_done: false,
+            limit,
         }
     }
 
     /// The next message; `None` once the body ends cleanly. An error ends the stream.
-    pub async fn next<T: DeserializeOwned>(&mut self) -> Option<Result<T, String>> {
+    pub async fn next<T: DeserializeOwned>(&mut self) -> Option<Result<T, BodyError>> {
         loop {
-            let mut it = serde_json::Deserializer::from_slice(&self.buf).into_iter::<T>();
-            match it.next() {
-                Some(Ok(m)) => {
-                    let used = it.byte_offset();
-                    self.buf.drain(..used);
-                    return Some(Ok(m));
+            if let Some(end) = self.scanner.scan(&self.buf) {
+                if end > self.limit.max_body {
+                    return Some(Err(BodyError::TooLarge(self.limit.refuse(end))));
                 }
-                // Half a message so far: wait for the rest.
-                Some(Err(e)) if e.is_eof() && !self.body_done => {}
-                Some(Err(e)) if e.is_eof() => return Some(Err("unexpected EOF".into())),
-                Some(Err(e)) => return Some(Err(e.to_string())),
-                None if self.body_done => return None,
-                // Only whitespace so far.
-                None => self.buf.clear(),
+                let value = self.buf.split_to(end);
+                self.scanner = Scanner::default();
+                return Some(
+                    serde_json::from_slice(&value).map_err(|e| BodyError::Invalid(e.to_string())),
+                );
+            }
+            if self.buf.len() > self.limit.max_body {
+                return Some(Err(BodyError::TooLarge(self.limit.refuse(self.buf.len()))));
+            }
+            if self.body_done {
+                if !self.scanner.started {
+                    return None;
+                }
+                if self.scanner.scalar {
+                    // A top-level scalar ends with the body.
+                    let value = std::mem::take(&mut self.buf);
+                    self.scanner = Scanner::default();
+                    return Some(
+                        serde_json::from_slice(&value)
+                            .map_err(|e| BodyError::Invalid(e.to_string())),
+                    );
+                }
+                return Some(Err(BodyError::Invalid("unexpected EOF".into())));
             }
             match self.body.next().await {
                 Some(Ok(b)) => self.buf.extend_from_slice(&b),
-                Some(Err(e)) => return Some(Err(e.to_string())),
+                Some(Err(e)) => return Some(Err(BodyError::Invalid(e.to_string()))),
                 None => self.body_done = true,
             }
         }
     }
+
+    /// Reads and drops what is left of the body, up to [`drain`]'s bounds.
+    pub async fn drain(&mut self) {
+        drain(&mut self.body).await
+    }
+}
+
+/// Why a streamed request body yields no further message.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Not a JSON message of the call's type, cut short, or the body failed to arrive.
+    Invalid(String),
+    /// Too many bytes without a complete message: the status to answer.
+    TooLarge(Status),
+}
+
+/// How much of a refused body is read and dropped before the answer.
+const DRAIN_BYTES: usize = 64 << 20;
+/// How long a refused body is read and dropped before the answer.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Reads and drops a refused body before it is answered, up to a bound of bytes and of time:
+/// a client still writing when the connection closes sees a broken pipe, not the answer; a
+/// client that writes on and on must not hold the connection (the connection is closed after
+/// the answer anyway).
+pub async fn drain<B, E>(body: &mut B)
+where
+    B: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    let read = async {
+        let mut drained = 0usize;
+        while drained < DRAIN_BYTES {
+            match body.next().await {
+                Some(Ok(chunk)) => drained += chunk.len(),
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, read).await;
+}
+
+/// Reads a whole request body of at most `limit.max_body` bytes. A larger one is refused
+/// (drained within bounds first) as soon as it passes the limit, with the limit's status.
+pub async fn read_body(body: Body, limit: BodyLimit) -> Result<Bytes, Status> {
+    let mut body = body.into_data_stream();
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let found = buf.len() + chunk.len();
+        if found > limit.max_body {
+            drain(&mut body).await;
+            return Err(limit.refuse(found));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
 }
 
 #[cfg(test)]
@@ -211,6 +383,7 @@ mod tests {
         Compare, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, WatchRequest,
     };
     use crate::proto::mvccpb::KeyValue;
+    use std::convert::Infallible;
 
     #[test]
     fn messages_use_etcd_field_names_strings_for_int64_and_base64() {
@@ -281,26 +454,160 @@ mod tests {
         );
     }
 
+    const LIMIT: BodyLimit = BodyLimit {
+        max_body: 1000,
+        max_msg: 500,
+    };
+
+    fn chunks(parts: &[&'static [u8]]) -> impl Stream<Item = Result<Bytes, Infallible>> + Unpin {
+        let parts: Vec<_> = parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+        futures::stream::iter(parts)
+    }
+
     #[tokio::test]
     async fn message_stream_splits_objects_across_chunks() {
-        let parts: Vec<Result<Bytes, std::convert::Infallible>> = vec![
-            Ok(Bytes::from_static(
+        let mut s = MessageStream::new(
+            chunks(&[
                 br#"{"create_request":{"key":"YQ=="}}{"progress"#,
-            )),
-            Ok(Bytes::from_static(b"_request\":{}}\n  ")),
-            Ok(Bytes::from_static(b"\n")),
-        ];
-        let mut s = MessageStream::new(futures::stream::iter(parts));
+                b"_request\":{}}\n  ",
+                b"\n",
+            ]),
+            LIMIT,
+        );
         let a: WatchRequest = s.next().await.unwrap().unwrap();
         assert!(a.request_union.is_some());
         let b: WatchRequest = s.next().await.unwrap().unwrap();
         assert!(b.request_union.is_some());
         assert!(s.next::<WatchRequest>().await.is_none());
 
-        let parts: Vec<Result<Bytes, std::convert::Infallible>> =
-            vec![Ok(Bytes::from_static(br#"{"create_request":"#))];
-        let mut s = MessageStream::new(futures::stream::iter(parts));
-        assert!(s.next::<WatchRequest>().await.unwrap().is_err());
+        let mut s = MessageStream::new(chunks(&[br#"{"create_request":"#]), LIMIT);
+        assert!(matches!(
+            s.next::<WatchRequest>().await,
+            Some(Err(BodyError::Invalid(_)))
+        ));
+    }
+
+    /// Braces and quotes inside strings, escaped quotes and a split escape do not end a
+    /// message early or late, a byte at a time or all at once.
+    #[tokio::test]
+    async fn message_stream_finds_ends_inside_strings_and_escapes() {
+        let body: &'static [u8] =
+            br#" {"create_request":{"key":"YQ==","filters":["NOPUT"],"x":"}{[\"\\"}} {"progress_request":{}}"#;
+        for split in [1, body.len()] {
+            let parts: Vec<&'static [u8]> = body.chunks(split).collect();
+            let mut s = MessageStream::new(chunks(&parts), LIMIT);
+            let a: WatchRequest = s.next().await.unwrap().unwrap();
+            assert!(a.request_union.is_some(), "split {split}");
+            let b: WatchRequest = s.next().await.unwrap().unwrap();
+            assert!(b.request_union.is_some());
+            assert!(s.next::<WatchRequest>().await.is_none());
+        }
+    }
+
+    /// Not objects: the decoder refuses them once they are complete, the last one when the
+    /// body ends.
+    #[tokio::test]
+    async fn message_stream_refuses_values_that_are_not_messages() {
+        for body in [&b"]"[..], b"12 {}", b"\"s\"", b"[1,2]", b"nul"] {
+            let mut s = MessageStream::new(chunks(&[body]), LIMIT);
+            assert!(
+                matches!(
+                    s.next::<WatchRequest>().await,
+                    Some(Err(BodyError::Invalid(_)))
+                ),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    /// More than the limit without a complete message is refused with the transport's
+    /// status, however it arrives: one unfinished message, whitespace, or a complete message
+    /// in one chunk. A message at the limit is not.
+    #[tokio::test]
+    async fn message_stream_refuses_a_message_past_the_limit() {
+        let open: &'static [u8] = br#"{"create_request":{"key":""#;
+        let filler: &'static [u8] = &[b'A'; 100];
+        let mut parts = vec![open];
+        parts.extend(std::iter::repeat_n(filler, 20));
+        let mut s = MessageStream::new(chunks(&parts), LIMIT);
+        match s.next::<WatchRequest>().await {
+            Some(Err(BodyError::TooLarge(st))) => {
+                assert_eq!(st.code(), Code::ResourceExhausted);
+                assert!(st.message().ends_with(" vs. 500)"), "{}", st.message());
+            }
+            _ => panic!("not refused"),
+        }
+        // The stream stopped reading once past the limit.
+        assert!(s.buf.len() <= LIMIT.max_body + filler.len());
+
+        let spaces: &'static [u8] = &[b' '; 600];
+        let mut s = MessageStream::new(chunks(&[spaces, spaces, b"{}"]), LIMIT);
+        assert!(matches!(
+            s.next::<WatchRequest>().await,
+            Some(Err(BodyError::TooLarge(_)))
+        ));
+
+        let big = format!(r#"{{"create_request":{{"key":"{}"}}}}"#, "A".repeat(1000));
+        let big: &'static [u8] = Box::leak(big.into_bytes().into_boxed_slice());
+        let mut s = MessageStream::new(chunks(&[big]), LIMIT);
+        assert!(matches!(
+            s.next::<WatchRequest>().await,
+            Some(Err(BodyError::TooLarge(_)))
+        ));
+
+        let key = "A".repeat(LIMIT.max_body - r#"{"create_request":{"key":""}}"#.len());
+        let at = format!(r#"{{"create_request":{{"key":"{key}"}}}}"#);
+        assert_eq!(at.len(), LIMIT.max_body);
+        let at: &'static [u8] = Box::leak(at.into_bytes().into_boxed_slice());
+        let mut s = MessageStream::new(chunks(&[at, b"{}"]), LIMIT);
+        assert!(s.next::<WatchRequest>().await.unwrap().is_ok());
+        assert!(s.next::<WatchRequest>().await.unwrap().is_ok());
+        assert!(s.next::<WatchRequest>().await.is_none());
+    }
+
+    /// Each byte is scanned once: a message split into a byte per chunk costs what it costs in
+    /// one chunk (the scanner's position only moves forward, and never past the buffer).
+    #[test]
+    fn scanner_resumes_where_it_stopped() {
+        let body = br#"{"a":"}\"","b":[{"c":1}]} "#;
+        let mut sc = Scanner::default();
+        let mut steps = 0;
+        let mut end = None;
+        for n in 1..=body.len() {
+            let before = sc.pos;
+            end = sc.scan(&body[..n]);
+            steps += sc.pos - before;
+            if end.is_some() {
+                break;
+            }
+        }
+        assert_eq!(end, Some(body.len() - 1));
+        assert_eq!(steps, body.len() - 1);
+    }
+
+    #[tokio::test]
+    async fn read_body_refuses_past_the_limit() {
+        let ok = Body::from_stream(chunks(&[&[b' '; 600], &[b' '; 400]]));
+        assert_eq!(read_body(ok, LIMIT).await.unwrap().len(), 1000);
+        let over = Body::from_stream(chunks(&[&[b' '; 600], &[b' '; 401]]));
+        let st = read_body(over, LIMIT).await.unwrap_err();
+        assert_eq!(st.code(), Code::ResourceExhausted);
+        assert_eq!(
+            st.message(),
+            "grpc: received message larger than max (1001 vs. 500)"
+        );
+        // An endless body is refused too, once past the limit.
+        let endless =
+            futures::stream::repeat_with(|| Ok::<_, Infallible>(Bytes::from_static(b"  ")));
+        let st = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            read_body(Body::from_stream(endless), LIMIT),
+        )
+        .await
+        .expect("refused in time")
+        .unwrap_err();
+        assert_eq!(st.code(), Code::ResourceExhausted);
     }
 
     /// Bodies as a hostile client sends them: random bytes, deeply nested JSON, and valid

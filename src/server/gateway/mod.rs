@@ -13,19 +13,23 @@
 //!   and errors are the gRPC ones; the gateway only translates JSON.
 //! - The paths are etcd's (rpc.proto's `google.api.http` bindings), including the
 //!   `/v3/kv/lease/...` aliases etcd keeps for older clients.
+//! - No body is held past the gateway's limit ([`json::BodyLimit`], twice the transport's
+//!   message limit): a unary body, or one message of a streamed body (with the whitespace
+//!   before it), that passes it is refused with the transport's status as soon as it does,
+//!   and the connection closes after the answer; a streamed body is scanned once, a byte at a
+//!   time, for the end of each message.
 
 mod call;
 pub mod json;
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::body::Body;
+use axum::extract::{FromRef, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
-use futures::StreamExt;
 
 use super::auth::AuthService;
 use super::cluster::ClusterService;
@@ -111,6 +115,13 @@ impl Services {
 #[derive(Clone)]
 struct Gateway {
     services: Services,
+    limit: json::BodyLimit,
+}
+
+impl FromRef<Arc<Gateway>> for json::BodyLimit {
+    fn from_ref(g: &Arc<Gateway>) -> Self {
+        g.limit
+    }
 }
 
 type Route = MethodRouter<Arc<Gateway>>;
@@ -119,12 +130,10 @@ type Route = MethodRouter<Arc<Gateway>>;
 macro_rules! unary {
     ($client:ident, $method:ident) => {
         post(
-            |State(g): State<Arc<Gateway>>, h: call::Incoming, b: Bytes| async move {
-                call::unary(
-                    &h,
-                    &b,
-                    |r| async move { g.services.$client().$method(r).await },
-                )
+            |State(g): State<Arc<Gateway>>, h: call::Incoming, b: call::JsonBody| async move {
+                call::unary(&h, &b.0, |r| async move {
+                    g.services.$client().$method(r).await
+                })
                 .await
             },
         )
@@ -136,11 +145,10 @@ macro_rules! bidi {
     ($client:ident, $method:ident) => {
         post(
             |State(g): State<Arc<Gateway>>, h: call::Incoming, b: Body| async move {
-                call::bidi(
-                    &h,
-                    b,
-                    |r| async move { g.services.$client().$method(r).await },
-                )
+                let limit = g.limit;
+                call::bidi(&h, b, limit, |r| async move {
+                    g.services.$client().$method(r).await
+                })
                 .await
             },
         )
@@ -151,12 +159,10 @@ macro_rules! bidi {
 macro_rules! server_stream {
     ($client:ident, $method:ident) => {
         post(
-            |State(g): State<Arc<Gateway>>, h: call::Incoming, b: Bytes| async move {
-                call::server_stream(
-                    &h,
-                    &b,
-                    |r| async move { g.services.$client().$method(r).await },
-                )
+            |State(g): State<Arc<Gateway>>, h: call::Incoming, b: call::JsonBody| async move {
+                call::server_stream(&h, &b.0, |r| async move {
+                    g.services.$client().$method(r).await
+                })
                 .await
             },
         )
@@ -167,8 +173,8 @@ macro_rules! server_stream {
 /// such fields, and a JSON client may decode strictly.
 fn status() -> Route {
     post(
-        |State(g): State<Arc<Gateway>>, h: call::Incoming, b: Bytes| async move {
-            call::unary(&h, &b, |r| async move {
+        |State(g): State<Arc<Gateway>>, h: call::Incoming, b: call::JsonBody| async move {
+            call::unary(&h, &b.0, |r| async move {
                 let mut resp = g.services.maintenance().status(r).await?;
                 let s = resp.get_mut();
                 s.kvd_recent_wal_fsyncs = 0;
@@ -240,12 +246,16 @@ fn calls() -> Vec<(&'static str, Route)> {
 }
 
 /// The gateway's routes, to be merged with the gRPC routes on a client listener.
-/// `max_msg` is the gRPC transport's message limit. A unary body may be twice that: JSON
-/// carries bytes as base64 (4/3 larger) plus field names and quotes, and a message the
-/// transport refuses is best refused there, with its exact size. A body announced larger is
-/// refused before it is read, with the same status.
+/// `max_msg` is the gRPC transport's message limit. A body, or one message of a streamed
+/// body, may be twice that: JSON carries bytes as base64 (4/3 larger) plus field names and
+/// quotes, and a message the transport refuses is best refused there, with its exact size.
+/// A body larger than that is refused as soon as it passes the bound (before it is read, when
+/// its length is announced), with the same status; no body is buffered past it.
 pub fn router(services: Services, node: RaftNode, max_msg: usize) -> Router {
-    let max_body = 2 * max_msg;
+    let limit = json::BodyLimit {
+        max_body: 2 * max_msg,
+        max_msg,
+    };
     let mut r = Router::new();
     for prefix in ["/v3", "/v3beta"] {
         for (path, route) in calls() {
@@ -260,21 +270,19 @@ pub fn router(services: Services, node: RaftNode, max_msg: usize) -> Router {
     r.route("/version", get(version))
         .merge(crate::server::observe::health::router(node.clone()))
         .layer(axum::middleware::from_fn(move |req, next| {
-            refuse_oversized(req, next, max_body, max_msg)
+            refuse_oversized(req, next, limit)
         }))
         .layer(axum::middleware::from_fn(cors))
-        .layer(axum::extract::DefaultBodyLimit::max(max_body))
-        .with_state(Arc::new(Gateway { services }))
+        .with_state(Arc::new(Gateway { services, limit }))
 }
 
 /// etcd's gateway hands any body to its gRPC client, whose transport refuses a message
-/// over the limit with 429 and grpc-go's ResourceExhausted; a body announced above `max_body`
-/// gets that answer here, with the body's own length standing in for the message's.
+/// over the limit with 429 and grpc-go's ResourceExhausted; a body announced above the
+/// limit gets that answer here, with the body's own length standing in for the message's.
 async fn refuse_oversized(
     req: axum::extract::Request,
     next: axum::middleware::Next,
-    max_body: usize,
-    max_msg: usize,
+    limit: json::BodyLimit,
 ) -> Response {
     let announced = req
         .headers()
@@ -282,26 +290,16 @@ async fn refuse_oversized(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     match announced {
-        Some(len) if len > max_body as u64 => {
-            // Read (and drop) what the client is sending before answering, up to a bound:
-            // a client still writing when the connection closes sees a broken pipe, not the
-            // answer. Past the bound the connection is closed anyway.
-            let mut body = req.into_body().into_data_stream();
-            let mut drained = 0usize;
-            while drained < DRAIN_LIMIT {
-                match body.next().await {
-                    Some(Ok(chunk)) => drained += chunk.len(),
-                    _ => break,
-                }
-            }
-            json::unary_error(&crate::server::oversize::too_large(len, max_msg as u64))
+        Some(len) if len > limit.max_body as u64 => {
+            json::drain(&mut req.into_body().into_data_stream()).await;
+            json::unary_error(&crate::server::oversize::too_large(
+                len,
+                limit.max_msg as u64,
+            ))
         }
         _ => next.run(req).await,
     }
 }
-
-/// How much of an oversized body is read and dropped before it is refused.
-const DRAIN_LIMIT: usize = 64 << 20;
 
 /// etcd's default CORS handling of its HTTP endpoints: every answer allows any origin, and a
 /// preflight `OPTIONS` is answered 200 without reaching the handler.
