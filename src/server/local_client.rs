@@ -8,7 +8,9 @@
 //! read-index round, then the local store), as clientv3's default `Get` is.
 //!
 //! Invariants:
-//! - Nothing is proposed that the KV service would refuse (`mvcc::check_*` first).
+//! - Nothing is proposed that the KV or Lease service would refuse: the backend quota (which
+//!   raises NOSPACE, as etcd's quota layer does for its own client's calls) and
+//!   `mvcc::check_*` come first.
 //! - Waiting for events never polls: waiters follow a watch hub of their own (one for the
 //!   member's recipes, see [`super::watch_hub`], running only while someone waits), which
 //!   reads each applied batch's events from the store once; a waiter costs nothing while
@@ -257,8 +259,10 @@ impl LocalClient {
         ApiError::Internal("unexpected apply result".into())
     }
 
-    /// A transaction, validated as the KV service validates one.
+    /// A transaction, checked against the quota and validated as the KV service does.
     pub async fn txn(&self, r: TxnRequest) -> Result<TxnResponse, ApiError> {
+        let cost = super::quota::cost_txn(&r);
+        self.ctx.quota.check(&self.ctx.node, cost).await?;
         mvcc::check_txn(&r, self.ctx.max_txn_ops)?;
         match self.write(In::Txn(r)).await? {
             Out::Txn(mut t) => {
@@ -304,7 +308,12 @@ impl LocalClient {
 
     /// Grants a lease of `ttl` seconds under an id chosen here (as the Lease service chooses
     /// one: before proposing, so every member applies the same id), and answers the id.
+    /// Checked against the quota first, as the Lease service checks a grant.
     pub async fn grant(&self, ttl: i64) -> Result<i64, ApiError> {
+        self.ctx
+            .quota
+            .check(&self.ctx.node, super::quota::LEASE_OVERHEAD)
+            .await?;
         if ttl > MAX_LEASE_TTL {
             return Err(ApiError::LeaseTtlTooLarge);
         }
