@@ -41,7 +41,7 @@ pub enum PageFault {
     BucketValue,
     #[error("the tree is deeper than any real one: a cycle or corruption")]
     TooDeep,
-    #[error("more pages visited than the file holds: a cycle")]
+    #[error("more pages read than the file holds: a cycle")]
     Cycle,
 }
 

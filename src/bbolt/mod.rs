@@ -56,9 +56,10 @@
 //!   every page reachable and an empty freelist on page 2.
 //! - Reading: a page id is checked against the high-water mark and the mark against the file
 //!   length before anything is read or allocated, so a corrupt header cannot make the reader
-//!   allocate more than the file holds; a walk visits at most high-water-mark pages and at
-//!   most 64 levels, so a cycle ends in an error, never a loop. Bytes after the last page
-//!   are ignored (etcd appends a sha256 to snapshot files).
+//!   allocate more than the file holds; a walk reads at most high-water-mark pages in all
+//!   (a page with its overflow counting 1 + overflow) and at most 64 levels, so a cycle ends
+//!   in an error, never a loop, and one walk never reads or holds more than the file. Bytes
+//!   after the last page are ignored (etcd appends a sha256 to snapshot files).
 //! - Writing: pages are appended in page-id order; metas and freelist are written last,
 //!   after an fsync of the tree, so an unfinished file has no valid meta page.
 

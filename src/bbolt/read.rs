@@ -1,5 +1,7 @@
 //! Reading a bbolt file page by page with positioned reads: no mmap, and memory bounded by
-//! the tree's height times the largest page (with its overflow) on the path being read.
+//! the tree's height times the largest page (with its overflow) on the path being read, and
+//! never above the file's size: one walk of a tree reads (and so holds) at most the pages
+//! below the high-water mark, counting each page with its overflow.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -20,8 +22,9 @@ pub struct Reader {
     meta: Meta,
 }
 
-/// What one walk of a tree tracks: the pages it may still visit (each page at most once in a
-/// valid tree, so more than the file holds is a cycle) and the last key, for order.
+/// What one walk of a tree tracks: how many pages it may still read, overflow pages included
+/// (each page at most once in a valid tree, so more than the file holds is a cycle, and
+/// garbage cannot make a walk read or hold more than the file), and the last key, for order.
 struct Walk {
     budget: u64,
     last: Vec<u8>,
@@ -170,12 +173,8 @@ impl Reader {
                 if depth > MAX_DEPTH {
                     return Err(bad(id, PageFault::TooDeep).into());
                 }
-                if w.budget == 0 {
-                    return Err(bad(id, PageFault::Cycle).into());
-                }
-                w.budget -= 1;
                 pgid = id;
-                owned = self.read_page(id)?;
+                owned = self.read_page(w, id)?;
                 &owned
             }
         };
@@ -205,9 +204,10 @@ impl Reader {
         Ok(())
     }
 
-    /// Reads page `pgid` with its overflow pages. Allocates only after checking that the
-    /// pages lie below the high-water mark, which `open` checked against the file length.
-    fn read_page(&self, pgid: u64) -> Result<Vec<u8>, BoltError> {
+    /// Reads page `pgid` with its overflow pages, and takes them from the walk's budget.
+    /// Allocates only after checking that the pages lie below the high-water mark, which
+    /// `open` checked against the file length, and that the walk has that many pages left.
+    fn read_page(&self, w: &mut Walk, pgid: u64) -> Result<Vec<u8>, BoltError> {
         let ps = u64::from(self.meta.page_size);
         if pgid < 2 || pgid >= self.meta.hwm {
             return Err(bad(pgid, PageFault::OutOfBounds));
@@ -222,6 +222,11 @@ impl Reader {
         if end > self.meta.hwm {
             return Err(bad(pgid, PageFault::Overflow(hdr.overflow)));
         }
+        let pages = end - pgid;
+        if pages > w.budget {
+            return Err(bad(pgid, PageFault::Cycle));
+        }
+        w.budget -= pages;
         let mut buf = vec![0u8; ((end - pgid) * ps) as usize];
         self.file.read_exact_at(&mut buf, pgid * ps)?;
         Ok(buf)

@@ -390,6 +390,45 @@ fn a_cycle_ends_in_an_error() {
     );
 }
 
+/// A page that claims the rest of the file as its overflow and is its own child: each level
+/// of the cycle would read and hold the whole file again, 65 times before the depth limit.
+/// The walk's budget counts overflow pages, so the second read is refused before it
+/// allocates: no walk reads or holds more than the file.
+#[test]
+fn a_cycle_through_a_page_as_large_as_the_file_is_refused_before_it_is_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, mut bytes) = sample(dir.path());
+    let hwm = meta_of(&bytes, 0).hwm;
+    let big = 3u64;
+    let at = big as usize * 4096;
+    assert_eq!(PageHeader::decode(&bytes[at..]).id, big);
+    assert!(hwm > 20, "the file spans {hwm} pages");
+    patch_header(&mut bytes, big, |h| {
+        h.flags = 0x01;
+        h.count = 1;
+        h.overflow = (hwm - big - 1) as u32;
+    });
+    // Its one element: a 1-byte key right after the element, and itself as the child.
+    let elem = at + PAGE_HEADER_SIZE;
+    bytes[elem..elem + 4].copy_from_slice(&16u32.to_le_bytes());
+    bytes[elem + 4..elem + 8].copy_from_slice(&1u32.to_le_bytes());
+    bytes[elem + 8..elem + 16].copy_from_slice(&big.to_le_bytes());
+    // The key bucket's first child leads there.
+    let root = bucket_root(&bytes, b"key") as usize * 4096;
+    let child = root + PAGE_HEADER_SIZE + 8;
+    bytes[child..child + 8].copy_from_slice(&big.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+
+    let r = Reader::open(&path).unwrap();
+    let e = r
+        .for_each(b"key", |_, _| Ok::<(), BoltError>(()))
+        .unwrap_err();
+    assert!(
+        matches!(e, BoltError::BadPage { pgid, reason: PageFault::Cycle } if pgid == big),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn a_child_far_beyond_the_file_is_out_of_bounds() {
     let dir = tempfile::tempdir().unwrap();
