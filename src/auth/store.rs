@@ -398,10 +398,12 @@ impl AuthStore {
     /// without keys needs none). `None` for any other entry.
     pub fn revoke_check(&self, req: &InternalRequest) -> Option<KeyCheck> {
         match &req.request {
-            Some(internal_request::Request::LeaseRevoke(_)) => Some(self.key_check(Some(&AuthInfo {
-                username: req.username.clone(),
-                revision: req.auth_revision,
-            }))),
+            Some(internal_request::Request::LeaseRevoke(_)) => {
+                Some(self.key_check(Some(&AuthInfo {
+                    username: req.username.clone(),
+                    revision: req.auth_revision,
+                })))
+            }
             _ => None,
         }
     }

@@ -30,8 +30,8 @@ use crate::proto::etcdserverpb::{
     LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
 use crate::proto::kvdpb::{auth_request::Request as A, AuthRequest, LeaseRevokeManyRequest};
-use crate::raft::snapshot_file::SnapshotFile;
 use crate::raft::snapshot_data::SnapshotData;
+use crate::raft::snapshot_file::SnapshotFile;
 use internal_request::Request as R;
 
 /// Users of the generated log: root, two users with write access to one prefix each (until
@@ -198,7 +198,9 @@ impl Gen {
             40..=56 => R::LeaseRevoke(LeaseRevokeRequest { id: self.lease() }),
             57..=61 => {
                 // Expiry, proposed by the leader itself: no identity, no check.
-                let ids = (0..self.rng.gen_range(1..3)).map(|_| self.lease()).collect();
+                let ids = (0..self.rng.gen_range(1..3))
+                    .map(|_| self.lease())
+                    .collect();
                 return entry(R::LeaseRevokeMany(LeaseRevokeManyRequest { ids }), "", 0);
             }
             62..=67 => R::DeleteRange(DeleteRangeRequest {
@@ -235,8 +237,8 @@ impl Gen {
                 return entry(a, "root", FRESH);
             }
             87..=90 => {
-                let (u, role) = [("alice", "ra"), ("bob", "rb"), ("carol", "ra")]
-                    [self.rng.gen_range(0..3)];
+                let (u, role) =
+                    [("alice", "ra"), ("bob", "rb"), ("carol", "ra")][self.rng.gen_range(0..3)];
                 let a = if self.rng.gen_bool(0.5) {
                     A::UserGrantRole(AuthUserGrantRoleRequest {
                         user: u.into(),
@@ -294,7 +296,12 @@ struct Digest {
     hash_kv: u32,
     kvs: Vec<(Vec<u8>, i64, i64, i64, i64, Vec<u8>)>,
     leases: Vec<(i64, Option<i64>, Vec<Vec<u8>>)>,
-    auth: (bool, u64, Vec<(String, Vec<String>)>, Vec<(String, Vec<Permission>)>),
+    auth: (
+        bool,
+        u64,
+        Vec<(String, Vec<String>)>,
+        Vec<(String, Vec<Permission>)>,
+    ),
 }
 
 fn digest(sm: &StateMachine, lease_ids: &[i64]) -> Digest {
@@ -423,7 +430,11 @@ async fn run(seed: u64, n: usize) {
                     sm = reopen(&dir).expect("reopen");
                     next = sm.last_applied().unwrap().map_or(0, |l| l.index) + 1;
                     let got = digest(&sm, &ids);
-                    assert_eq!(Some(&got), want[(next - 1) as usize].as_ref(), "{ctx}: restart");
+                    assert_eq!(
+                        Some(&got),
+                        want[(next - 1) as usize].as_ref(),
+                        "{ctx}: restart"
+                    );
                 }
                 Variant::Installs if rng.gen_bool(0.3) => {
                     if let Some((at, (meta, path))) = pending_snaps.next() {
