@@ -195,7 +195,14 @@ pub enum Command {
     /// Makes a mirror at the destination etcd cluster
     MakeMirror(MakeMirrorArgs),
     /// Prints the version of etcdctl
-    Version,
+    Version(VersionArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct VersionArgs {
+    /// also print the kvd release this kvctl belongs to (a line etcdctl does not have)
+    #[arg(long)]
+    pub kvd: bool,
 }
 
 #[derive(Args, Debug, Clone)]

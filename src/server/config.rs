@@ -13,7 +13,7 @@ use clap::Parser;
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "kvd",
-    version,
+    version = super::version::long(),
     about = "An etcd-compatible, Raft-replicated key-value store"
 )]
 pub struct Flags {

@@ -45,6 +45,7 @@ pub mod oversize;
 pub mod quota;
 mod reconfig_check;
 pub mod tls;
+pub mod version;
 pub mod watch_hub;
 pub mod watches;
 
