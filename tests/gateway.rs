@@ -1,7 +1,7 @@
 //! etcd's JSON gateway on the client port, hit with a plain HTTP/1.1 client against three real
 //! `kvd` processes: KV, watch, lease, cluster and maintenance calls, the `/v3beta` alias,
 //! etcd's error bodies (unary and streamed), `/version` and `/health`. The expected bodies are
-//! what etcd 3.4's gateway answers to the same requests.
+//! what etcd 3.4's gateway answers to the same requests, but for `/version`'s own kvd fields.
 
 mod common;
 
@@ -516,7 +516,11 @@ async fn cluster_maintenance_version_and_health() {
         gw.get("/version").await,
         (
             200,
-            r#"{"etcdserver":"3.5.17","etcdcluster":"3.5.0"}"#.into()
+            format!(
+                r#"{{"etcdserver":"3.5.17","etcdcluster":"3.5.0","kvd":"{}","kvdLogFormat":{}}}"#,
+                kvd::server::version::VERSION,
+                kvd::raft::log_format::LOG_FORMAT
+            )
         )
     );
     assert_eq!(

@@ -75,7 +75,27 @@ impl TextWriter {
         help: &str,
         samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, f64)>,
     ) {
-        self.header(name, help, "counter");
+        self.labelled(name, help, "counter", samples);
+    }
+
+    /// A gauge family with one sample per label set (an info metric is one sample of 1).
+    pub fn gauge_vec<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, f64)>,
+    ) {
+        self.labelled(name, help, "gauge", samples);
+    }
+
+    fn labelled<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        kind: &str,
+        samples: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, f64)>,
+    ) {
+        self.header(name, help, kind);
         for (l, v) in samples {
             let _ = writeln!(self.out, "{name}{} {}", labels(&l), num(v));
         }
@@ -133,6 +153,7 @@ mod tests {
         };
         w.histogram("x_seconds", "help", &h);
         w.counter_vec("y_total", "h", vec![(vec![("a", "q\"x")], 3.0)]);
+        w.gauge_vec("i_info", "h", vec![(vec![("a", "1"), ("b", "2")], 1.0)]);
         let s = w.finish();
         assert!(s.contains("# TYPE x_seconds histogram\n"));
         assert!(s.contains("x_seconds_bucket{le=\"0.001\"} 1\n"));
@@ -140,6 +161,7 @@ mod tests {
         assert!(s.contains("x_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(s.contains("x_seconds_sum 0.5\nx_seconds_count 2\n"));
         assert!(s.contains("y_total{a=\"q\\\"x\"} 3\n"));
+        assert!(s.contains("# TYPE i_info gauge\ni_info{a=\"1\",b=\"2\"} 1\n"));
     }
 
     #[test]

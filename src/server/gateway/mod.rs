@@ -3,8 +3,8 @@
 //!
 //! `POST /v3/<service>/<call>` with a JSON request body answers the call's response as JSON;
 //! `/v3/watch`, `/v3/lease/keepalive` and `/v3/election/observe` stream `{"result": ...}`
-//! chunks. `/v3beta/...` is an
-//! alias, as in etcd 3.4. `GET /version` answers as etcd's, the health endpoints (`/health`,
+//! chunks. `/v3beta/...` is an alias, as in etcd 3.4. `GET /version` answers as etcd's, with
+//! kvd's own `kvd` and `kvdLogFormat` after etcd's fields; the health endpoints (`/health`,
 //! `/livez`, `/readyz`) are [`crate::server::observe::health`]'s, and all of them carry etcd's
 //! permissive CORS headers.
 //!
@@ -369,17 +369,23 @@ fn cluster_version() -> String {
     format!("{major}.{minor}.0")
 }
 
-/// `GET /version`'s body, fields in etcd's order.
+/// `GET /version`'s body: etcd's fields in etcd's order, which clients read as etcd's, then
+/// kvd's release and the newest log format this member applies.
 #[derive(serde::Serialize)]
 struct Versions {
     etcdserver: &'static str,
     etcdcluster: String,
+    kvd: &'static str,
+    #[serde(rename = "kvdLogFormat")]
+    kvd_log_format: u32,
 }
 
 async fn version() -> Response {
     json::message(&Versions {
         etcdserver: ETCD_VERSION,
         etcdcluster: cluster_version(),
+        kvd: super::version::VERSION,
+        kvd_log_format: super::version::LOG_FORMAT,
     })
 }
 

@@ -10,6 +10,7 @@ use crate::metrics::{
     FORWARD_CALLS, PROPOSALS_FAILED, PROPOSALS_PENDING,
 };
 use crate::raft::RaftNode;
+use crate::server::version::{COMMIT, LOG_FORMAT, VERSION};
 
 /// What a scrape reads from; cheap to clone into each HTTP handler.
 #[derive(Clone)]
@@ -54,6 +55,20 @@ impl Scrape {
 /// The `/metrics` body.
 pub fn render(s: &Scrape) -> String {
     let mut w = TextWriter::new();
+    let log_format = LOG_FORMAT.to_string();
+    w.gauge_vec(
+        "kvd_build_info",
+        "Which kvd build this member runs: release version, commit and newest log format \
+         it applies. Always 1.",
+        [(
+            vec![
+                ("version", VERSION),
+                ("commit", COMMIT),
+                ("log_format", log_format.as_str()),
+            ],
+            1.0,
+        )],
+    );
     let wal = s.node.log.wal().stats();
     w.histogram(
         "etcd_disk_wal_fsync_duration_seconds",
