@@ -46,14 +46,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Sets `KVD_COMMIT` for the crate: the `KVD_COMMIT` variable if the builder sets one (a build
 /// from a source archive, which has no repository), else `git rev-parse --short=12 HEAD`, else
-/// "unknown".
+/// "unknown". `KVD_COMMIT_FROM` says which (`env`, `git`, `none`), for tests/version.rs to
+/// check a commit from git against the repository.
 fn emit_commit() {
     println!("cargo:rerun-if-env-changed=KVD_COMMIT");
-    let commit = match std::env::var("KVD_COMMIT") {
-        Ok(c) if !c.trim().is_empty() => c.trim().to_string(),
-        _ => git_commit().unwrap_or_else(|| "unknown".to_string()),
+    let (commit, from) = match std::env::var("KVD_COMMIT") {
+        Ok(c) if !c.trim().is_empty() => (c.trim().to_string(), "env"),
+        _ => match git_commit() {
+            Some(c) => (c, "git"),
+            None => ("unknown".to_string(), "none"),
+        },
     };
     println!("cargo:rustc-env=KVD_COMMIT={commit}");
+    println!("cargo:rustc-env=KVD_COMMIT_FROM={from}");
 }
 
 /// HEAD's commit, and the files whose change means HEAD moved, watched so that the commit

@@ -20,10 +20,10 @@ fn run(bin: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// HEAD's commit as build.rs names it, unless this checkout cannot say (no git, no
-/// repository) or the builder named the commit itself.
+/// HEAD's commit as build.rs names it, if build.rs took the commit from git (not from the
+/// builder's `KVD_COMMIT`, nor "unknown" outside a repository).
 fn git_head() -> Option<String> {
-    if std::env::var_os("KVD_COMMIT").is_some() {
+    if env!("KVD_COMMIT_FROM") != "git" {
         return None;
     }
     let out = Command::new("git")
