@@ -1,5 +1,6 @@
 //! Cluster test harness: real `kvd` processes on free loopback ports, each with its own data
-//! dir, which tests can kill (-9), stop gracefully, pause (SIGSTOP) and restart.
+//! dir, which tests can kill (-9), stop gracefully, pause (SIGSTOP) and restart, on this
+//! tree's `kvd` or, per member, on another build (the rolling-upgrade test).
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -78,6 +79,8 @@ pub struct MemberProc {
     /// `http` or `https` (a TLS cluster, see [`Cluster::start_tls`]).
     pub client_scheme: &'static str,
     pub peer_scheme: &'static str,
+    /// The `kvd` binary the member's next start runs; `None` is this tree's.
+    pub bin: Option<PathBuf>,
 }
 
 impl MemberProc {
@@ -175,6 +178,7 @@ impl Cluster {
                 extra_args: extra(i),
                 client_scheme: "http",
                 peer_scheme: "http",
+                bin: None,
             })
             .collect();
         let initial_cluster = members
@@ -289,7 +293,11 @@ impl Cluster {
             .append(true)
             .open(&m.log)
             .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvd"));
+        let bin = m
+            .bin
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kvd")));
+        let mut cmd = Command::new(bin);
         for (k, v) in args {
             if self.use_env {
                 cmd.env(format!("ETCD_{}", k.to_uppercase().replace('-', "_")), v);
@@ -322,6 +330,7 @@ impl Cluster {
             extra_args: Vec::new(),
             client_scheme: "http",
             peer_scheme: "http",
+            bin: None,
         });
         self.members.len() - 1
     }
@@ -385,6 +394,27 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Stops member `i` gracefully (SIGTERM, waits for exit) and starts it again on its data
+    /// dir with the binary `bin` (an upgrade or a downgrade of one member). Its log gets a line
+    /// saying so, to tell the two processes' output apart. Returns how the old process exited.
+    pub fn restart_on(&mut self, i: usize, bin: &Path) -> std::process::ExitStatus {
+        use std::io::Write;
+        let st = self.stop(i);
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.members[i].log)
+        {
+            let _ = writeln!(
+                f,
+                "=== test harness: stopped ({st}); starting {}",
+                bin.display()
+            );
+        }
+        self.members[i].bin = Some(bin.to_path_buf());
+        self.spawn(i);
+        st
     }
 
     pub fn log_of(&self, i: usize) -> String {
