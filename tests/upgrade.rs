@@ -176,6 +176,13 @@ impl Run {
         Some((st.header?.revision, st.leader))
     }
 
+    /// (revision, raft applied index) of member `i`, if it answers.
+    async fn progress(&self, i: usize) -> Option<(i64, u64)> {
+        let st = self.maintenance(i).status(StatusRequest {}).await.ok()?;
+        let st = st.into_inner();
+        Some((st.header?.revision, st.raft_applied_index))
+    }
+
     fn log_tails(&self) -> String {
         (0..self.c.members.len())
             .map(|i| {
@@ -675,27 +682,34 @@ async fn rolling_upgrade_under_load_keeps_members_identical() {
         );
     }
 
-    // All members at one revision.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let rev = loop {
-        let mut revs = Vec::new();
-        for i in 0..3 {
-            revs.push(run.status(i).await.map(|s| s.0));
-        }
-        if revs.iter().all(|r| r.is_some() && *r == revs[0]) {
-            break revs[0].unwrap();
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "members do not reach one revision: {revs:?}\n{}",
-                run.log_tails()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
-    run.note(format!("all members at revision {rev}"));
+    // All members at one revision, or wherever they settle.
+    let settled = settle(&run).await;
+    let shown: Vec<String> = settled
+        .iter()
+        .enumerate()
+        .map(|(i, (r, a))| format!("m{i} revision {r} (applied index {a})"))
+        .collect();
+    let agreed = settled.iter().all(|s| s.0 == settled[0].0);
+    let rev = settled.iter().map(|s| s.0).min().unwrap();
+    if agreed {
+        run.note(format!("all members at one revision: {}", shown.join(", ")));
+    } else {
+        run.problems.push(format!(
+            "members settled at different revisions: {}",
+            shown.join(", ")
+        ));
+    }
 
-    compare(&mut run, rev, &expected, long, &long_keys, &short_keys).await;
+    compare(
+        &mut run,
+        rev,
+        agreed,
+        &expected,
+        long,
+        &long_keys,
+        &short_keys,
+    )
+    .await;
 
     let secs = started.elapsed().as_secs_f64();
     let kept = std::env::var_os("KVD_UPGRADE_KEEP").map(|_| {
@@ -722,21 +736,62 @@ async fn rolling_upgrade_under_load_keeps_members_identical() {
     if let Some(k) = &kept {
         report += &format!("  data dirs and logs kept in {}\n", k.display());
     }
-    report += &format!("FAILED: {} problems\n", run.problems.len());
-    const SHOWN: usize = 60;
-    for p in run.problems.iter().take(SHOWN) {
+    report += "FAILED:\n";
+    for p in &run.problems {
         report += &format!("  {p}\n");
-    }
-    if run.problems.len() > SHOWN {
-        report += &format!("  ... and {} more\n", run.problems.len() - SHOWN);
     }
     panic!("{report}");
 }
 
-/// The end-state checks, each problem added to `run.problems`.
+/// Each member's (revision, applied index) once the writers have stopped: as soon as all
+/// revisions agree, or else once no member's has moved for 5 s (members that diverged).
+async fn settle(run: &Run) -> Vec<(i64, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last: Vec<Option<(i64, u64)>> = Vec::new();
+    let mut unchanged_since = Instant::now();
+    loop {
+        let mut now = Vec::new();
+        for i in 0..run.urls.len() {
+            now.push(run.progress(i).await);
+        }
+        if now.iter().all(|p| p.is_some()) {
+            let now: Vec<(i64, u64)> = now.iter().map(|p| p.unwrap()).collect();
+            if now.iter().all(|p| p.0 == now[0].0) {
+                return now;
+            }
+        }
+        if now != last {
+            last = now;
+            unchanged_since = Instant::now();
+        } else if unchanged_since.elapsed() > Duration::from_secs(5)
+            && last.iter().all(|p| p.is_some())
+        {
+            return last.into_iter().map(|p| p.unwrap()).collect();
+        }
+        if Instant::now() > deadline {
+            panic!("members do not settle: {last:?}\n{}", run.log_tails());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Shows at most `max` of `lines` (in their order), then how many more there were.
+fn capped(lines: Vec<String>, max: usize) -> Vec<String> {
+    let more = lines.len().saturating_sub(max);
+    let mut out: Vec<String> = lines.into_iter().take(max).collect();
+    if more > 0 {
+        out.push(format!("... and {more} more like the above"));
+    }
+    out
+}
+
+/// The end-state checks, each problem added to `run.problems`. With `agreed`, every member is
+/// at `rev` and is read there; else each is read at its own revision and HashKV is taken at
+/// `rev`, the lowest.
 async fn compare(
     run: &mut Run,
     rev: i64,
+    agreed: bool,
     expected: &BTreeMap<String, Expected>,
     long: i64,
     long_keys: &[(String, i64)],
@@ -776,25 +831,28 @@ async fn compare(
     }
 
     // Every key on every member.
+    let read_at = if agreed { rev } else { 0 };
     let mut held: Vec<BTreeMap<Vec<u8>, Held>> = Vec::new();
     for i in 0..n {
-        match all_keys(&run.urls[i], rev).await {
+        match all_keys(&run.urls[i], read_at).await {
             Ok(m) => held.push(m),
             Err(e) => {
                 run.problems
-                    .push(format!("m{i}: reading every key at {rev}: {e}"));
+                    .push(format!("m{i}: reading every key at {read_at}: {e}"));
                 held.push(BTreeMap::new());
             }
         }
     }
     let union: BTreeSet<&Vec<u8>> = held.iter().flat_map(|m| m.keys()).collect();
-    let mut differing = 0;
+    // (the lowest mod_revision any member has for the key, the report line): the first
+    // divergence in revision order is where to start looking.
+    let mut differing: Vec<(i64, String)> = Vec::new();
     for k in &union {
         let each: Vec<Option<&Held>> = held.iter().map(|m| m.get(*k)).collect();
         if each.iter().all(|h| *h == each[0]) {
             continue;
         }
-        differing += 1;
+        let first = each.iter().flatten().map(|h| h.modified).min().unwrap();
         let sides: Vec<String> = each
             .iter()
             .enumerate()
@@ -803,22 +861,30 @@ async fn compare(
                 None => format!("m{i}: absent"),
             })
             .collect();
-        run.problems.push(format!(
-            "key {} differs at revision {rev}: {}",
-            show(k),
-            sides.join("; ")
+        differing.push((
+            first,
+            format!("key {} differs: {}", show(k), sides.join("; ")),
         ));
     }
     run.note(format!(
-        "{} keys compared on {n} members, {differing} differ",
-        union.len()
+        "{} keys compared on {n} members{}, {} differ",
+        union.len(),
+        if agreed {
+            format!(" at revision {rev}")
+        } else {
+            " (each at its own revision)".to_string()
+        },
+        differing.len()
     ));
+    differing.sort();
+    run.problems
+        .extend(capped(differing.into_iter().map(|d| d.1).collect(), 40));
 
     // Acknowledged writes and the recorded history's end state.
-    for (key, e) in expected {
-        for (i, m) in held.iter().enumerate() {
-            let got = m.get(key.as_bytes());
-            let problem = match (got, e.deleted) {
+    for (i, m) in held.iter().enumerate() {
+        let mut lost = Vec::new();
+        for (key, e) in expected {
+            let problem = match (m.get(key.as_bytes()), e.deleted) {
                 (None, true) => None,
                 (Some(h), true) => Some(format!("deleted, but held as {h}")),
                 (None, false) => Some("absent".to_string()),
@@ -829,9 +895,9 @@ async fn compare(
                 .then(|| format!("held as {h}")),
             };
             if let Some(p) = problem {
-                run.problems.push(format!(
-                    "acknowledged write lost on m{i}: {key} = {:?} (create {} mod {} version \
-                     {}{}): {p}",
+                lost.push(format!(
+                    "acknowledged write missing or altered on m{i}: {key} = {:?} (create {} \
+                     mod {} version {}{}): {p}",
                     e.value,
                     e.create,
                     e.modified,
@@ -840,6 +906,7 @@ async fn compare(
                 ));
             }
         }
+        run.problems.extend(capped(lost, 10));
     }
 
     // The long lease's keys survive with it; every short lease's key is gone.
@@ -878,13 +945,18 @@ async fn compare(
             .problems
             .push(format!("lease {long:x}: time-to-live on the leader: {e}")),
     }
-    for key in short_keys {
-        for (i, m) in held.iter().enumerate() {
-            if let Some(h) = m.get(key.as_bytes()) {
-                run.problems.push(format!(
-                    "m{i} still holds {key}, whose lease expired and was revoked: {h}"
-                ));
-            }
+    for (i, m) in held.iter().enumerate() {
+        let still: Vec<(&String, &Held)> = short_keys
+            .iter()
+            .filter_map(|k| m.get(k.as_bytes()).map(|h| (k, h)))
+            .collect();
+        if let Some((k, h)) = still.first() {
+            run.problems.push(format!(
+                "m{i} still holds {} of the {} short lease keys, whose leases the upgraded \
+                 leader revoked (the first: {k}, {h})",
+                still.len(),
+                short_keys.len()
+            ));
         }
     }
 }
