@@ -54,7 +54,12 @@ const VERSIONS: usize = 5;
 const DELETE_EVERY: usize = 50;
 const LONG_LEASE_TTL: i64 = 3600;
 const LONG_LEASE_KEYS: usize = 10;
+/// A writer's put, a status poll: a member that takes longer is as good as down for them.
 const RPC_TIMEOUT: Duration = Duration::from_secs(5);
+/// Calls that must not fail on a slow machine: recorded writes (not retried: a retry of a put
+/// that applied would add a version), full reads and HashKV (a debug build, other builds on
+/// the same cores).
+const SLOW_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 /// Load after each upgrade step before the next, so that each mixed phase sees writes.
 const MIXED_LOAD: Duration = Duration::from_secs(2);
 
@@ -67,11 +72,11 @@ fn env_num(name: &str, default: usize) -> usize {
     }
 }
 
-fn lazy_channel(url: &str) -> Channel {
+fn lazy_channel(url: &str, timeout: Duration) -> Channel {
     Endpoint::from_shared(url.to_string())
         .unwrap()
         .connect_timeout(Duration::from_millis(500))
-        .timeout(RPC_TIMEOUT)
+        .timeout(timeout)
         .connect_lazy()
 }
 
@@ -153,15 +158,15 @@ impl Run {
     }
 
     fn maintenance(&self, i: usize) -> MaintenanceClient<Channel> {
-        MaintenanceClient::new(lazy_channel(&self.urls[i]))
+        MaintenanceClient::new(lazy_channel(&self.urls[i], RPC_TIMEOUT))
     }
 
     fn kv(&self, i: usize) -> KvClient<Channel> {
-        KvClient::new(lazy_channel(&self.urls[i]))
+        KvClient::new(lazy_channel(&self.urls[i], SLOW_RPC_TIMEOUT))
     }
 
     fn lease(&self, i: usize) -> LeaseClient<Channel> {
-        LeaseClient::new(lazy_channel(&self.urls[i]))
+        LeaseClient::new(lazy_channel(&self.urls[i], SLOW_RPC_TIMEOUT))
     }
 
     async fn member_id(&self, i: usize) -> u64 {
@@ -384,7 +389,8 @@ async fn get_serializable(
 
 /// Every key member `url` holds at `rev`, from its own state (serializable), page by page.
 async fn all_keys(url: &str, rev: i64) -> Result<BTreeMap<Vec<u8>, Held>, tonic::Status> {
-    let mut kv = KvClient::new(lazy_channel(url)).max_decoding_message_size(64 << 20);
+    let mut kv =
+        KvClient::new(lazy_channel(url, SLOW_RPC_TIMEOUT)).max_decoding_message_size(64 << 20);
     let mut out = BTreeMap::new();
     let mut from = vec![0u8];
     loop {
@@ -422,7 +428,7 @@ async fn recorded_writes(
     let nkeys = (writes / VERSIONS).max(1);
     let tasks: Vec<_> = (0..clients)
         .map(|t| {
-            let mut kv = KvClient::new(lazy_channel(&urls[t % urls.len()]));
+            let mut kv = KvClient::new(lazy_channel(&urls[t % urls.len()], SLOW_RPC_TIMEOUT));
             tokio::spawn(async move {
                 let mut mine: BTreeMap<String, Expected> = BTreeMap::new();
                 for v in 0..VERSIONS {
@@ -489,7 +495,7 @@ fn spawn_writer(
     tokio::spawn(async move {
         let mut clients: Vec<_> = urls
             .iter()
-            .map(|u| KvClient::new(lazy_channel(u)))
+            .map(|u| KvClient::new(lazy_channel(u, RPC_TIMEOUT)))
             .collect();
         let mut n = 0usize;
         while !stop.load(Ordering::Relaxed) {
@@ -802,8 +808,7 @@ async fn compare(
     // HashKV at the common revision.
     let mut hashes = Vec::new();
     for i in 0..n {
-        let h = run
-            .maintenance(i)
+        let h = MaintenanceClient::new(lazy_channel(&run.urls[i], SLOW_RPC_TIMEOUT))
             .hash_kv(HashKvRequest { revision: rev })
             .await
             .map(|r| {
