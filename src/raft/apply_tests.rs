@@ -116,7 +116,12 @@ async fn an_entry_this_build_cannot_apply_stops_the_apply_before_it() {
         let entries: Vec<Result<EntryResponder<TypeConfig>, io::Error>> = cmds
             .into_iter()
             .enumerate()
-            .map(|(i, c)| Ok((Entry::new_normal(log_id::<TypeConfig>(1, 1, 1 + i as u64), c), None)))
+            .map(|(i, c)| {
+                Ok((
+                    Entry::new_normal(log_id::<TypeConfig>(1, 1, 1 + i as u64), c),
+                    None,
+                ))
+            })
             .collect();
         let applying = tokio::spawn(async move { stuck.apply(stream::iter(entries)).await });
         for _ in 0..200 {
@@ -125,11 +130,24 @@ async fn an_entry_this_build_cannot_apply_stops_the_apply_before_it() {
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        let why = sm.needs_upgrade().unwrap_or_else(|| panic!("{what}: apply did not stop"));
+        let why = sm
+            .needs_upgrade()
+            .unwrap_or_else(|| panic!("{what}: apply did not stop"));
         assert!(why.contains("log entry 2"), "{what}: {why}");
-        assert!(!applying.is_finished(), "{what}: a stopped apply waits for the member to stop");
-        assert_eq!(sm.last_applied().unwrap().map(|l| l.index), Some(1), "{what}");
-        assert_eq!(keys(&sm), vec![(b"a".to_vec(), 2)], "{what}: nothing past the stop");
+        assert!(
+            !applying.is_finished(),
+            "{what}: a stopped apply waits for the member to stop"
+        );
+        assert_eq!(
+            sm.last_applied().unwrap().map(|l| l.index),
+            Some(1),
+            "{what}"
+        );
+        assert_eq!(
+            keys(&sm),
+            vec![(b"a".to_vec(), 2)],
+            "{what}: nothing past the stop"
+        );
         sm.close();
         assert!(applying.await.unwrap().is_err(), "{what}");
         sm.shared.mvcc.flush().unwrap();
@@ -137,7 +155,11 @@ async fn an_entry_this_build_cannot_apply_stops_the_apply_before_it() {
 
         // A newer build applies the entry (here: one that decodes) and goes on.
         let mut sm = reopen(dir.path()).expect("reopen");
-        assert_eq!(sm.last_applied().unwrap().map(|l| l.index), Some(1), "{what}");
+        assert_eq!(
+            sm.last_applied().unwrap().map(|l| l.index),
+            Some(1),
+            "{what}"
+        );
         assert!(sm.needs_upgrade().is_none());
         apply(&mut sm, vec![put("x"), put("b")], 2).await;
         assert_eq!(

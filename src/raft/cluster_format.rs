@@ -119,7 +119,10 @@ impl PeerFormats {
             };
             log_format::mark(&mut req);
             match node.propose_unchecked(req).await {
-                Ok(_) => tracing::info!(format = target, "every member applies log format {target}: raised the cluster's"),
+                Ok(_) => tracing::info!(
+                    format = target,
+                    "every member applies log format {target}: raised the cluster's"
+                ),
                 Err(e) => tracing::debug!("raising the cluster log format to {target}: {e}"),
             }
             raising.store(false, Ordering::SeqCst);

@@ -68,9 +68,9 @@ pub fn mark(req: &mut InternalRequest) {
 /// The cluster format that follows from the members' formats (`None` for a member whose
 /// format is not known yet): the oldest, once every member's is known.
 pub fn cluster(members: impl IntoIterator<Item = Option<u32>>) -> Option<u32> {
-    members
-        .into_iter()
-        .try_fold(LOG_FORMAT, |min, f| f.map(|f| min.min(f.max(OLDEST_LOG_FORMAT))))
+    members.into_iter().try_fold(LOG_FORMAT, |min, f| {
+        f.map(|f| min.min(f.max(OLDEST_LOG_FORMAT)))
+    })
 }
 
 #[cfg(test)]
@@ -104,7 +104,11 @@ mod tests {
             ..Default::default()
         };
         mark(&mut cf);
-        assert_eq!(needed(&cf), 7, "a member below the new cluster format stops at it");
+        assert_eq!(
+            needed(&cf),
+            7,
+            "a member below the new cluster format stops at it"
+        );
         assert_eq!(needed(&InternalRequest::default()), LOG_FORMAT + 1);
         assert_eq!(cluster([Some(3), Some(0), Some(2)]), Some(1));
         assert_eq!(cluster([Some(3), Some(2)]), Some(2));

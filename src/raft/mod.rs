@@ -6,8 +6,8 @@
 
 pub mod alarm_set;
 pub mod background;
-pub mod cluster_format;
 pub mod backup;
+pub mod cluster_format;
 pub mod commit_hold;
 pub mod dial;
 #[cfg(feature = "testkit")]

@@ -25,9 +25,9 @@ use prost::Message;
 
 use super::cluster_format::PeerFormats;
 use super::commit_hold::CommitWaits;
-use super::log_format;
 pub use super::error::ProposeError;
 use super::forward_batch::{ForwardError, Forwarder};
+use super::log_format;
 use super::log_store::LogStore;
 use super::network::Channels;
 use super::peer_error::{self, PeerFailure};

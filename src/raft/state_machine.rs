@@ -267,12 +267,12 @@ impl StateMachine {
 
     fn reload_cluster_format(&self) -> Result<(), StoreError> {
         let f = match self.shared.mvcc.get_meta(META_CLUSTER_FORMAT)? {
-            Some(b) => u32::from_le_bytes(b.as_slice().try_into().map_err(|_| {
-                StoreError::Decode {
+            Some(b) => {
+                u32::from_le_bytes(b.as_slice().try_into().map_err(|_| StoreError::Decode {
                     what: "cluster log format".into(),
                     reason: format!("{} bytes", b.len()),
-                }
-            })?),
+                })?)
+            }
             None => OLDEST_LOG_FORMAT,
         };
         self.shared.cluster_format.store(f, Ordering::SeqCst);

@@ -259,10 +259,16 @@ fn a_newer_engine_layout_is_refused() {
     drop(reopen_sled(dir.path()));
     {
         let db = ::sled::Config::new().path(dir.path()).open().unwrap();
-        let rec = db.get(b"kvd/engine_format").unwrap().expect("recorded on open");
+        let rec = db
+            .get(b"kvd/engine_format")
+            .unwrap()
+            .expect("recorded on open");
         assert_eq!(&rec[..], &super::sled::ENGINE_FORMAT.to_le_bytes());
-        db.insert(b"kvd/engine_format", &(super::sled::ENGINE_FORMAT + 1).to_le_bytes())
-            .unwrap();
+        db.insert(
+            b"kvd/engine_format",
+            &(super::sled::ENGINE_FORMAT + 1).to_le_bytes(),
+        )
+        .unwrap();
         db.flush().unwrap();
     }
     let e = (0..300)
