@@ -44,7 +44,7 @@ fn kvd_version_names_release_commit_log_format_and_etcd_api() {
     assert_eq!(run(env!("CARGO_BIN_EXE_kvd"), &["--version"]), line);
     assert_eq!(run(env!("CARGO_BIN_EXE_kvd"), &["-V"]), line);
     assert_eq!(VERSION, "0.2.0");
-    assert_eq!(LOG_FORMAT, 2);
+    assert_eq!(LOG_FORMAT, 3);
     match git_head() {
         // build.rs watches HEAD and its branch: a commit since the last build must have
         // rebuilt the binary with the new one.
@@ -128,7 +128,7 @@ async fn version_endpoint_and_build_info_metric_name_the_build() {
     );
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["kvd"], "0.2.0");
-    assert_eq!(v["kvdLogFormat"], 2);
+    assert_eq!(v["kvdLogFormat"], 3);
 
     // Maintenance.Status keeps reporting the etcd version.
     assert_eq!(c.status(0).await.version, ETCD_VERSION);
@@ -143,5 +143,20 @@ async fn version_endpoint_and_build_info_metric_name_the_build() {
             body.contains(&format!("# TYPE kvd_build_info gauge\n{sample}")),
             "port {port}:\n{body}"
         );
+    }
+
+    // A lone member raises the cluster's log format to its own soon after it leads.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, body) = http_get(metrics, "/metrics").await;
+        assert!(body.contains("\nkvd_apply_stopped 0\n"), "{body}");
+        if body.contains(&format!("\nkvd_cluster_log_format {LOG_FORMAT}\n")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cluster's log format never reached {LOG_FORMAT}:\n{body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }

@@ -69,6 +69,24 @@ pub fn render(s: &Scrape) -> String {
             1.0,
         )],
     );
+    // During a rolling upgrade: the cluster's format rises to LOG_FORMAT once every member
+    // runs a build that applies it; until then, features that need it are refused.
+    w.gauge(
+        "kvd_cluster_log_format",
+        "The log format the cluster's members have agreed on (entries of a newer format are \
+         refused until every member applies it).",
+        f64::from(s.node.sm.cluster_format()),
+    );
+    w.gauge(
+        "kvd_apply_stopped",
+        "1 if this member stopped applying at a committed entry its build cannot apply (it \
+         must be restarted on a newer kvd), else 0.",
+        if s.node.sm.needs_upgrade().is_some() {
+            1.0
+        } else {
+            0.0
+        },
+    );
     let wal = s.node.log.wal().stats();
     w.histogram(
         "etcd_disk_wal_fsync_duration_seconds",
