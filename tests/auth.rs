@@ -4,7 +4,8 @@
 //! every member, token expiry, auth state surviving restarts, a snapshot install and a backup
 //! restored into a new cluster, and a flood of failed logins that does not starve other
 //! clients; a replaced password refused by a lagging member, open watches cancelled when their
-//! user may no longer read, and users reading their own entry and roles.
+//! user may no longer read, users reading their own entry and roles, and LeaseTimeToLive
+//! checked against the keys the leader answers, not a lagging member's view.
 //! (tests/etcdctl_diff and /tmp scripts compare etcdctl's output against etcd itself.)
 
 mod common;
@@ -1108,4 +1109,60 @@ async fn a_lagging_member_refuses_a_replaced_password() {
         )
     );
     login(c, lagging, "u", "p2").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_time_to_live_checks_the_keys_the_leader_answers() {
+    use common::faults::{LinkMode, ProxiedCluster};
+    let pc = ProxiedCluster::start(
+        3,
+        &[
+            FAST_BCRYPT,
+            "--heartbeat-interval=100",
+            "--election-timeout=10000",
+        ],
+    )
+    .await;
+    let c = &pc.c;
+    let leader = c.wait_for_leader(Duration::from_secs(20)).await;
+    let root = set_up(c).await;
+    let lagging = (leader + 1) % 3;
+    let token = login(c, lagging, "u", "p").await.unwrap();
+    let leader_ch = common::channel(&c.members[leader].client_url()).await;
+    let id = lease_client::LeaseClient::new(leader_ch.clone())
+        .lease_grant(with(LeaseGrantRequest { ttl: 600, id: 0 }, &root))
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    let mut kv = kv_client::KvClient::new(leader_ch);
+    let leased = |k: &str| PutRequest {
+        lease: id,
+        ..put(k, "v")
+    };
+    kv.put(with(leased("foo/a"), &root)).await.unwrap();
+    let mut lagging_lease =
+        lease_client::LeaseClient::new(common::channel(&c.members[lagging].client_url()).await);
+    let ttl = |keys| with(LeaseTimeToLiveRequest { id, keys }, token.as_str());
+    // u reads foo/: the lease's one key is readable, so u may see the lease.
+    let r = lagging_lease.lease_time_to_live(ttl(true)).await.unwrap();
+    assert_eq!(r.into_inner().keys, vec![b"foo/a".to_vec()]);
+    let r = lagging_lease.lease_time_to_live(ttl(false)).await.unwrap();
+    assert!(r.into_inner().keys.is_empty(), "keys only when asked for");
+
+    // The lease gains a key u may not read, which the lagging member has not applied yet:
+    // its own view still allows u, the leader's answer does not.
+    pc.set_link(leader, lagging, LinkMode::DropRequests);
+    kv.put(with(leased("secret"), &root)).await.unwrap();
+    for keys in [true, false] {
+        assert_eq!(
+            err(lagging_lease.lease_time_to_live(ttl(keys)).await),
+            (
+                Code::PermissionDenied,
+                "etcdserver: permission denied".into()
+            ),
+            "keys: {keys}"
+        );
+    }
+    pc.set_link(leader, lagging, LinkMode::Pass);
 }
