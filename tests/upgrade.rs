@@ -18,7 +18,10 @@
 //! - every key has the same create_revision, mod_revision, version, lease and value everywhere;
 //! - HashKV at that revision is the same everywhere;
 //! - every acknowledged write is there, at its revision (writers never reuse a key);
-//! - the recorded writes' final state, the long lease's keys, and no short lease key is left.
+//! - the recorded writes' final state, the long lease's keys, and no short lease key is left;
+//! - (upgrading to this tree) while old members remain, the upgraded ones report the old
+//!   build's cluster log format (`KVD_OLD_LOG_FORMAT`, which ci.sh takes from releases.tsv),
+//!   and once all are upgraded every member reports this tree's within 30 s.
 //!
 //! Every problem is listed (key, member, revisions) before the test fails; the members are
 //! killed when it ends either way.
@@ -26,7 +29,8 @@
 //! Environment: `KVD_OLD_BIN` (required), `KVD_NEW_BIN` (default: this tree's kvd; lets the
 //! test run between two old builds), `KVD_UPGRADE_WRITES` (recorded writes, 5000),
 //! `KVD_UPGRADE_CLIENTS` (writers, 16), `KVD_UPGRADE_LEASES` (short leases, 30),
-//! `KVD_UPGRADE_KEEP=1` (keep the data dirs and logs, and print where).
+//! `KVD_UPGRADE_KEEP=1` (keep the data dirs and logs, and print where), `KVD_OLD_LOG_FORMAT`
+//! (the old build's log format, from releases.tsv).
 
 mod common;
 
@@ -45,6 +49,7 @@ use kvd::proto::etcdserverpb::{
     LeaseTimeToLiveRequest, MoveLeaderRequest, PutRequest, RangeRequest, StatusRequest,
 };
 use kvd::proto::mvccpb::KeyValue;
+use kvd::raft::log_format::LOG_FORMAT;
 use tonic::transport::{Channel, Endpoint};
 
 /// The harness passes no `--election-timeout`: members run with etcd's default.
@@ -243,6 +248,76 @@ impl Run {
             "m{i} upgraded (old process exited: {st}), caught up after {:.1}s",
             t.elapsed().as_secs_f64()
         ));
+    }
+
+    /// The cluster log format member `i` reports on `/metrics` (`None` from builds before
+    /// 0.2.0, which have no such metric, or when it does not answer).
+    async fn cluster_format(&self, i: usize) -> Option<u32> {
+        let port = self.c.members[i].client_port;
+        let (code, body) = tokio::time::timeout(RPC_TIMEOUT, common::http_get(port, "/metrics"))
+            .await
+            .ok()?;
+        if code != 200 {
+            return None;
+        }
+        body.lines()
+            .find_map(|l| l.strip_prefix("kvd_cluster_log_format "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// The upgraded members (`upgraded`) while others still run the old build: each must
+    /// report the old build's format (`KVD_OLD_LOG_FORMAT`) or, when that is not given, one
+    /// older than this tree's; a cluster format above what an old member applies would let
+    /// entries it cannot apply into the log.
+    async fn check_mixed_format(&mut self, upgraded: &[usize]) {
+        let old: Option<u32> = std::env::var("KVD_OLD_LOG_FORMAT")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        for &i in upgraded {
+            let f = self.cluster_format(i).await;
+            let ok = match (f, old) {
+                (Some(f), Some(old)) => f == old,
+                (Some(f), None) => f < LOG_FORMAT,
+                (None, _) => false,
+            };
+            if ok {
+                self.note(format!(
+                    "m{i} reports cluster log format {f:?} while old members remain"
+                ));
+            } else {
+                self.problems.push(format!(
+                    "m{i} reports cluster log format {f:?} while old members remain (expected \
+                     {}; this tree applies {LOG_FORMAT})",
+                    old.map_or("an older one".to_string(), |o| o.to_string())
+                ));
+            }
+        }
+    }
+
+    /// Once every member runs this tree: every member reports the cluster format raised to
+    /// this tree's within 30 s.
+    async fn check_raised_format(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut seen = Vec::new();
+            for i in 0..3 {
+                seen.push(self.cluster_format(i).await);
+            }
+            if seen.iter().all(|f| *f == Some(LOG_FORMAT)) {
+                self.note(format!(
+                    "every member reports cluster log format {LOG_FORMAT}"
+                ));
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.problems.push(format!(
+                    "30 s after the last upgrade the members report cluster log formats \
+                     {seen:?}, not {LOG_FORMAT}"
+                ));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// Makes member `target` leader (MoveLeader through the current leader).
@@ -660,10 +735,21 @@ async fn rolling_upgrade_under_load_keeps_members_identical() {
         ));
     }
 
+    // Only when upgrading to this tree: another new build may know no cluster format.
+    let to_this_tree = std::env::var_os("KVD_NEW_BIN").is_none();
+    if to_this_tree {
+        run.check_mixed_format(&order[..1]).await;
+    }
     run.upgrade(order[1]).await;
     tokio::time::sleep(MIXED_LOAD).await;
+    if to_this_tree {
+        run.check_mixed_format(&order[..2]).await;
+    }
     run.upgrade(order[2]).await;
     tokio::time::sleep(MIXED_LOAD).await;
+    if to_this_tree {
+        run.check_raised_format().await;
+    }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.await.unwrap();

@@ -16,6 +16,21 @@ if [ -z "$FROM" ]; then
     echo "releases.tsv lists no release with a commit to upgrade from" >&2
     exit 1
 fi
+# The old build's log format, when it is a release (the test checks the mixed cluster at it).
+OLD_FORMAT=$(awk -F'\t' -v v="$FROM" '!/^#/ && $1 == v { print $3 }' releases.tsv)
+if [ -n "$OLD_FORMAT" ]; then
+    export KVD_OLD_LOG_FORMAT=$OLD_FORMAT
+fi
+
+# The old commit comes from this clone's history; a shallow clone has to fetch it first.
+COMMIT=$(awk -F'\t' -v v="$FROM" '!/^#/ && $1 == v { print $2 }' releases.tsv)
+COMMIT=${COMMIT:-$FROM}
+if ! git rev-parse --verify --quiet "$COMMIT^{commit}" >/dev/null \
+    && [ "$(git rev-parse --is-shallow-repository)" = true ]; then
+    echo "== rolling upgrade: shallow clone, fetching the history for $COMMIT"
+    git fetch --quiet --unshallow || git fetch --quiet origin "$COMMIT" || true
+fi
+
 echo "== rolling upgrade: building $FROM"
 eval "$(bash tests/upgrade/build_old.sh "$FROM")"
 export KVD_OLD_BIN
