@@ -752,6 +752,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some(item) = entries.next().await {
             batch.push(item?);
         }
+        // Refused even with nothing to apply (checked again under the defragment gate).
+        self.usable()?;
         // The entries up to the first one this build cannot apply, decoded.
         let (decoded, stop) = decode_applicable(&batch);
         batch.truncate(decoded.len());
