@@ -10,6 +10,11 @@
 //!   only to the oldest of them. A member that cannot be reached keeps it where it is.
 //! - A `ClusterFormat` entry is marked with the format it announces, so a member that meets
 //!   one it cannot reach (an older kvd that joined late) stops applying there.
+//! - Builds before 0.2.0 apply a `ClusterFormat` entry as nothing, so a member upgraded from
+//!   one holds an older cluster format than the others. The leader therefore announces the
+//!   cluster format again (same value) whenever a member's format changes or is first heard
+//!   in its term; the apply keeps the larger value, so a stale member catches up and no
+//!   member's value ever goes down.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +54,8 @@ pub struct PeerFormats {
     seen: Arc<Mutex<HashMap<NodeId, (u32, Instant)>>>,
     /// A raise is being proposed: one at a time.
     raising: Arc<AtomicBool>,
+    /// A member's format changed (or was first heard) since the last announcement.
+    changed: Arc<AtomicBool>,
 }
 
 impl PeerFormats {
@@ -58,7 +65,10 @@ impl PeerFormats {
     }
 
     pub fn heard(&self, id: NodeId, format: u32) {
-        self.seen().insert(id, (format, Instant::now()));
+        let before = self.seen().insert(id, (format, Instant::now()));
+        if before.map(|(f, _)| f) != Some(format) {
+            self.changed.store(true, Ordering::SeqCst);
+        }
     }
 
     /// The format `id` applies, if it answered a probe since this member started.
@@ -92,7 +102,8 @@ impl PeerFormats {
     }
 
     /// On the leader, proposes the oldest format of the current members as the cluster's
-    /// when that is newer than the cluster's now (in the background, one at a time).
+    /// when that is newer than the cluster's now, or announces it again when a member's
+    /// format changed (in the background, one at a time).
     pub fn raise_if_due(&self, node: &RaftNode) {
         let m = node.raft.metrics();
         if m.borrow_watched().current_leader != Some(node.id) {
@@ -106,10 +117,13 @@ impl PeerFormats {
             }
         }));
         let Some(target) = target else { return };
-        if target <= node.sm.cluster_format() || self.raising.swap(true, Ordering::SeqCst) {
+        let current = node.sm.cluster_format();
+        let due = target > current || (target == current && self.changed.load(Ordering::SeqCst));
+        if !due || self.raising.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (node, raising) = (node.clone(), self.raising.clone());
+        self.changed.store(false, Ordering::SeqCst);
+        let (node, raising, changed) = (node.clone(), self.raising.clone(), self.changed.clone());
         tokio::spawn(async move {
             let mut req = InternalRequest {
                 request: Some(internal_request::Request::ClusterFormat(ClusterFormat {
@@ -119,11 +133,15 @@ impl PeerFormats {
             };
             log_format::mark(&mut req);
             match node.propose_unchecked(req).await {
-                Ok(_) => tracing::info!(
+                Ok(_) if target > current => tracing::info!(
                     format = target,
                     "every member applies log format {target}: raised the cluster's"
                 ),
-                Err(e) => tracing::debug!("raising the cluster log format to {target}: {e}"),
+                Ok(_) => {}
+                Err(e) => {
+                    changed.store(true, Ordering::SeqCst);
+                    tracing::debug!("announcing the cluster log format {target}: {e}");
+                }
             }
             raising.store(false, Ordering::SeqCst);
         });

@@ -336,11 +336,13 @@ impl StateMachine {
                         meta.extend(write);
                         slot = Slot::Alarm(resp);
                     } else if let Some(internal_request::Request::ClusterFormat(c)) = &req.request {
-                        meta.push((
-                            META_CLUSTER_FORMAT.to_vec(),
-                            Some(c.format.to_le_bytes().to_vec()),
-                        ));
-                        cluster_format = Some(c.format);
+                        // Never lowered. A member that ran an older build when an earlier raise
+                        // applied (and ignored it) catches up at the next one.
+                        let f = c
+                            .format
+                            .max(cluster_format.unwrap_or_else(|| self.cluster_format()));
+                        meta.push((META_CLUSTER_FORMAT.to_vec(), Some(f.to_le_bytes().to_vec())));
+                        cluster_format = Some(f);
                     } else if let Some(internal_request::Request::Publish(MemberAttributes {
                         member_id,
                         name,
