@@ -1,7 +1,8 @@
 //! Requests that must not stop a member: a deeply nested txn that decodes at the client port
 //! must also decode on apply, on every member and every restart
 //! (docs/decisions/0010-prost-without-recursion-limit.md). Each request here gets etcd 3.4's
-//! answer, and the cluster keeps serving, before and after a restart of every member.
+//! answer, and the cluster keeps serving, before and after a restart of every member; so does
+//! a range with a sort option that names no value.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use common::{get, put, Cluster};
 use kvd::proto::etcdserverpb::request_op::Request;
-use kvd::proto::etcdserverpb::{Compare, PutRequest, RequestOp, TxnRequest};
+use kvd::proto::etcdserverpb::{Compare, PutRequest, RangeRequest, RequestOp, TxnRequest};
 use tonic::Code;
 
 /// A txn `levels` deep: each level compares `{prefix}/c` (never written, so the compare holds)
@@ -103,6 +104,38 @@ async fn nested_txns_get_etcds_answers_and_the_cluster_keeps_serving() {
             ),
             "{levels} levels through member {i}"
         );
+    }
+
+    // A sort order or target that names no enum value: etcd 3.5's checkRangeRequest refuses
+    // it with InvalidArgument (etcd 3.4 does not check, and an unknown target with no order
+    // reaches a nil sorter), alone and inside a txn, through either member.
+    for i in [leader, follower] {
+        let mut kv = c.kv(i).await;
+        for (order, target) in [(7, 0), (0, 9), (1, -1)] {
+            let range = RangeRequest {
+                key: b"a".to_vec(),
+                range_end: b"z".to_vec(),
+                sort_order: order,
+                sort_target: target,
+                ..Default::default()
+            };
+            let txn = TxnRequest {
+                success: vec![RequestOp {
+                    request: Some(Request::RequestRange(range.clone())),
+                }],
+                ..Default::default()
+            };
+            for err in [
+                kv.range(range).await.expect_err("range refused"),
+                kv.txn(txn).await.expect_err("txn refused"),
+            ] {
+                assert_eq!(
+                    (err.code(), err.message()),
+                    (Code::InvalidArgument, "etcdserver: invalid sort option"),
+                    "order {order} target {target} through member {i}"
+                );
+            }
+        }
     }
 
     // Every member still serves, and has the same data.

@@ -226,7 +226,8 @@ pub fn grpc_code(kind: ErrorCode) -> Code {
         | K::AuthFailed
         | K::PermissionNotGiven
         | K::InvalidAuthMgmt
-        | K::AuthOldRevision => Code::InvalidArgument,
+        | K::AuthOldRevision
+        | K::InvalidSortOption => Code::InvalidArgument,
         K::RootUserNotExist
         | K::RootRoleNotExist
         | K::UserAlreadyExist
@@ -241,12 +242,9 @@ pub fn grpc_code(kind: ErrorCode) -> Code {
         K::NeedsUpgrade => Code::Unavailable,
         K::ClusterFormat => Code::FailedPrecondition,
         K::InvalidAuthToken => Code::Unauthenticated,
-        K::NoLeaseId
-        | K::InvalidSortOption
-        | K::ReservedMetaKey
-        | K::Storage
-        | K::UndecodableEntry
-        | K::Unspecified => Code::Unknown,
+        K::NoLeaseId | K::ReservedMetaKey | K::Storage | K::UndecodableEntry | K::Unspecified => {
+            Code::Unknown
+        }
     }
 }
 
@@ -411,7 +409,7 @@ mod tests {
             ),
             (
                 A::Mvcc(M::InvalidSortOption),
-                Unknown,
+                InvalidArgument,
                 "etcdserver: invalid sort option",
             ),
             (

@@ -23,8 +23,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use super::request_path::{self, Caller};
 use crate::auth::AuthInfo;
-use crate::mvcc::MvccError;
 use crate::proto::etcdserverpb::lease_server::Lease;
 use crate::proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -34,7 +34,7 @@ use crate::proto::etcdserverpb::{
 use crate::proto::kvdpb::internal_request::Request as In;
 use crate::proto::kvdpb::internal_response::Response as Out;
 use crate::proto::kvdpb::{InternalRequest, LeaseRevokeManyRequest};
-use crate::raft::lessor::{min_ttl, Lookup, MAX_LEASE_TTL};
+use crate::raft::lessor::Lookup;
 use crate::raft::node::REQUEST_TIMEOUT;
 use crate::raft::peer_error;
 use crate::raft::RaftNode;
@@ -180,33 +180,10 @@ impl Lease for LeaseService {
         &self,
         req: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
-        // Before anything else, as etcd's quota layer wraps the lease server.
-        let cost = super::quota::LEASE_OVERHEAD;
-        self.ctx.quota.check(&self.ctx.node, cost).await?;
         self.ctx.check_leader(req.metadata())?;
-        let ai = self.ctx.auth_info(req.metadata(), req.extensions()).await?;
-        let mut r = req.into_inner();
-        if r.ttl > MAX_LEASE_TTL {
-            return Err(ApiError::LeaseTtlTooLarge.into());
-        }
-        r.ttl = r.ttl.max(min_ttl(self.ctx.node.election_timeout));
-        let chosen = r.id == 0;
-        loop {
-            if chosen {
-                // etcd's ids are positive int64s.
-                r.id = (rand::random::<i64>() & i64::MAX).max(1);
-            }
-            match self.write(ai.as_ref(), In::LeaseGrant(r)).await {
-                Ok(Out::LeaseGrant(mut g)) => {
-                    g.header = self.ctx.header(self.ctx.current_revision());
-                    return Ok(Response::new(g));
-                }
-                Ok(_) => return Err(ApiError::Internal("unexpected apply result".into()).into()),
-                // Our random pick collided; the client never saw that id.
-                Err(ApiError::Mvcc(MvccError::LeaseExists)) if chosen => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let (md, ext, r) = req.into_parts();
+        let resp = request_path::lease_grant(&self.ctx, Caller::Call(&md, &ext), r).await?;
+        Ok(Response::new(resp))
     }
 
     async fn lease_revoke(

@@ -27,6 +27,7 @@ use tonic::Status;
 
 use super::context::ServerCtx;
 use super::error::ApiError;
+use super::request_path::{self, Caller};
 use super::watch_hub::Hub;
 use crate::auth::AuthInfo;
 use crate::mvcc::{self, MvccError};
@@ -35,12 +36,8 @@ use crate::proto::etcdserverpb::{
     compare, request_op, Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
     PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseHeader, TxnRequest, TxnResponse,
 };
-use crate::proto::kvdpb::internal_request::Request as In;
-use crate::proto::kvdpb::internal_response::Response as Out;
-use crate::proto::kvdpb::InternalRequest;
 use crate::proto::mvccpb::event::EventType;
 use crate::proto::mvccpb::Event;
-use crate::raft::lessor::{min_ttl, MAX_LEASE_TTL};
 
 /// The TTL of the lease a session grants when the request names none (clientv3
 /// concurrency's `defaultSessionTTL`).
@@ -168,16 +165,6 @@ pub fn by_create(prefix: &[u8], first: bool, max_create_rev: i64) -> RangeReques
     }
 }
 
-/// Whether `k` is in etcd's range `key`/`range_end` (an empty end: `key` alone; `\0`: every
-/// key from `key` on).
-fn in_range(key: &[u8], range_end: &[u8], k: &[u8]) -> bool {
-    match range_end {
-        [] => k == key,
-        [0] => k >= key,
-        end => k >= key && k < end,
-    }
-}
-
 /// The in-process client of one member, shared by the Lock and Election services. Each call
 /// runs as its caller ([`LocalClient::for_request`]), as etcd's recipe servers forward the
 /// caller's context (and with it the token) to their client.
@@ -221,10 +208,6 @@ impl LocalClient {
         Ok(self.ctx.check_leader(md)?)
     }
 
-    fn header(&self, h: Option<ResponseHeader>) -> Option<ResponseHeader> {
-        self.ctx.header(h.map_or(0, |h| h.revision))
-    }
-
     /// This client acting for the caller of `req`, after etcd's require-leader check (with the
     /// KV service's status, as etcd's interceptor answers it). A bad token fails as the
     /// recipe's client would fail: an `Unknown` recipe error with etcd's text.
@@ -247,44 +230,18 @@ impl LocalClient {
         Ok(auth.check_op(self.caller.as_ref(), key, range_end, false)?)
     }
 
-    async fn write(&self, req: In) -> Result<Out, ApiError> {
-        let req = InternalRequest {
-            request: Some(req),
-            ..Default::default()
-        };
-        self.ctx.propose_as(req, self.caller.as_ref()).await
+    fn as_caller(&self) -> Caller<'_> {
+        Caller::Resolved(self.caller.as_ref())
     }
 
-    fn unexpected() -> ApiError {
-        ApiError::Internal("unexpected apply result".into())
-    }
-
-    /// A transaction, checked against the quota and validated as the KV service does.
+    /// A transaction, exactly as the KV service runs it.
     pub async fn txn(&self, r: TxnRequest) -> Result<TxnResponse, ApiError> {
-        let cost = super::quota::cost_txn(&r);
-        self.ctx.quota.check(&self.ctx.node, cost).await?;
-        mvcc::check_txn(&r, self.ctx.max_txn_ops)?;
-        match self.write(In::Txn(r)).await? {
-            Out::Txn(mut t) => {
-                t.header = self.header(t.header);
-                Ok(t)
-            }
-            _ => Err(Self::unexpected()),
-        }
+        request_path::txn(&self.ctx, self.as_caller(), r).await
     }
 
-    /// A linearizable range read.
+    /// A range read, exactly as the KV service runs it (linearizable unless asked otherwise).
     pub async fn range(&self, r: RangeRequest) -> Result<RangeResponse, ApiError> {
-        if r.key.is_empty() {
-            return Err(MvccError::EmptyKey.into());
-        }
-        mvcc::check_range(&r)?;
-        self.ctx.node.read_barrier().await?;
-        // After the barrier, as the KV service checks (see kv.rs).
-        self.check_read(&r.key, &r.range_end)?;
-        let mut resp = self.ctx.node.sm.range(&r).await?;
-        resp.header = self.header(resp.header);
-        Ok(resp)
+        request_path::range(&self.ctx, self.as_caller(), r).await
     }
 
     /// Deletes one key.
@@ -293,45 +250,15 @@ impl LocalClient {
             key: key.to_vec(),
             ..Default::default()
         };
-        if r.key.is_empty() {
-            return Err(MvccError::EmptyKey.into());
-        }
-        mvcc::check_delete_range(&r)?;
-        match self.write(In::DeleteRange(r)).await? {
-            Out::DeleteRange(mut d) => {
-                d.header = self.header(d.header);
-                Ok(d)
-            }
-            _ => Err(Self::unexpected()),
-        }
+        request_path::delete_range(&self.ctx, self.as_caller(), r).await
     }
 
-    /// Grants a lease of `ttl` seconds under an id chosen here (as the Lease service chooses
-    /// one: before proposing, so every member applies the same id), and answers the id.
-    /// Checked against the quota first, as the Lease service checks a grant.
+    /// Grants a lease of `ttl` seconds under an id this member picks, exactly as the Lease
+    /// service grants one, and answers the id.
     pub async fn grant(&self, ttl: i64) -> Result<i64, ApiError> {
-        self.ctx
-            .quota
-            .check(&self.ctx.node, super::quota::LEASE_OVERHEAD)
-            .await?;
-        if ttl > MAX_LEASE_TTL {
-            return Err(ApiError::LeaseTtlTooLarge);
-        }
-        let ttl = ttl.max(min_ttl(self.ctx.node.election_timeout));
-        loop {
-            // etcd's ids are positive int64s.
-            let id = (rand::random::<i64>() & i64::MAX).max(1);
-            match self
-                .write(In::LeaseGrant(LeaseGrantRequest { ttl, id }))
-                .await
-            {
-                Ok(Out::LeaseGrant(g)) => return Ok(g.id),
-                Ok(_) => return Err(Self::unexpected()),
-                // Our pick collided with an existing lease; nobody saw that id.
-                Err(ApiError::Mvcc(MvccError::LeaseExists)) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let r = LeaseGrantRequest { ttl, id: 0 };
+        let g = request_path::lease_grant(&self.ctx, self.as_caller(), r).await?;
+        Ok(g.id)
     }
 
     /// The events on `key` (`range_end` as in etcd) at revisions from `*from`, waiting until
@@ -351,7 +278,7 @@ impl LocalClient {
         let rev = |e: &Event| e.kv.as_ref().map_or(0, |kv| kv.mod_revision);
         let wanted = |e: &Event| {
             e.kv.as_ref()
-                .is_some_and(|kv| in_range(key, range_end, &kv.key))
+                .is_some_and(|kv| mvcc::range_contains(key, range_end, &kv.key))
         };
         let hub = self.hub();
         loop {
@@ -474,15 +401,6 @@ impl Drop for CleanupOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ranges_follow_etcds_convention() {
-        assert!(in_range(b"a", b"", b"a"));
-        assert!(!in_range(b"a", b"", b"ab"));
-        assert!(in_range(b"a/", b"a0", b"a/x"));
-        assert!(!in_range(b"a/", b"a0", b"a0"));
-        assert!(in_range(b"a", b"\0", b"zz"));
-    }
 
     #[test]
     fn prefix_end_increments_the_last_byte_below_0xff() {

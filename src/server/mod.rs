@@ -44,6 +44,7 @@ pub mod observe;
 pub mod oversize;
 pub mod quota;
 mod reconfig_check;
+mod request_path;
 pub mod tls;
 pub mod version;
 pub mod watch_hub;
