@@ -4,7 +4,7 @@
 //! - [`KeyRange::bounds`] selects exactly the keys [`KeyRange::contains`] accepts, and is never
 //!   an inverted range.
 
-use std::ops::Bound;
+use std::ops::{Bound, RangeBounds};
 
 /// The keys selected by etcd's `key`/`range_end` pair.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,12 +33,7 @@ impl KeyRange {
     }
 
     pub fn contains(&self, k: &[u8]) -> bool {
-        match self {
-            KeyRange::Single(s) => s == k,
-            KeyRange::From(s) => k >= s.as_slice(),
-            KeyRange::Between(s, e) => k >= s.as_slice() && k < e.as_slice(),
-            KeyRange::Empty => false,
-        }
+        RangeBounds::<[u8]>::contains(&self.bounds(), k)
     }
 
     pub fn bounds(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
@@ -49,5 +44,42 @@ impl KeyRange {
             // An empty half-open range, which every ordered map accepts without panicking.
             KeyRange::Empty => (Bound::Included(&[]), Bound::Excluded(&[])),
         }
+    }
+}
+
+/// Whether etcd's pair `key`/`range_end` selects `k`: the test of [`KeyRange::contains`] on
+/// the pair as a request carries it, for filters that run per event and must not allocate.
+pub fn range_contains(key: &[u8], range_end: &[u8], k: &[u8]) -> bool {
+    match range_end {
+        [] => k == key,
+        [0] => k >= key,
+        end => k >= key && k < end,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pair_and_the_range_select_the_same_keys() {
+        let keys: [&[u8]; 7] = [b"", b"\0", b"a", b"a/", b"a/x", b"a0", b"b"];
+        for key in keys {
+            for end in keys {
+                let kr = KeyRange::new(key, end);
+                for k in keys {
+                    assert_eq!(
+                        kr.contains(k),
+                        range_contains(key, end, k),
+                        "{key:?} {end:?} {k:?}"
+                    );
+                }
+            }
+        }
+        assert!(range_contains(b"a", b"", b"a"));
+        assert!(!range_contains(b"a", b"", b"ab"));
+        assert!(range_contains(b"a/", b"a0", b"a/x"));
+        assert!(!range_contains(b"a/", b"a0", b"a0"));
+        assert!(range_contains(b"a", b"\0", b"zz"));
     }
 }

@@ -98,6 +98,7 @@ pub use error::MvccError;
 pub use etcd_image::{entries_from_etcd, EtcdEntries, Pairs, TreeEntries, TreeEntry};
 pub use hash::{Crc32c, KvHash};
 pub use index::Revision;
+pub use key_range::range_contains;
 pub use load::check_entries;
 pub use request::{WriteRequest, WriteResponse};
 

@@ -165,11 +165,7 @@ struct Watcher {
 
 impl Watcher {
     fn contains(&self, k: &[u8]) -> bool {
-        match self.range_end.as_slice() {
-            [] => k == self.key,
-            [0] => k >= self.key.as_slice(),
-            end => k >= self.key.as_slice() && k < end,
-        }
+        crate::mvcc::range_contains(&self.key, &self.range_end, k)
     }
 
     /// The event as this watcher delivers it, or `None` if its filters drop it.
