@@ -412,6 +412,16 @@ pub(crate) fn segment_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("{seq:016x}.wal"))
 }
 
+/// The refusal of a submission holding a record larger than a WAL record may be: the
+/// caller's mistake, answered to the caller without touching the log.
+fn oversized(records: &[Record]) -> Option<WalError> {
+    records
+        .iter()
+        .map(format::payload_len)
+        .find(|l| *l > format::MAX_PAYLOAD)
+        .map(|len| WalError::RecordTooLarge { len })
+}
+
 impl Wal {
     /// Opens (creating the dir if needed), recovers, repairs a torn tail,
     /// returns the surviving records in order.
@@ -488,12 +498,8 @@ impl Wal {
     pub fn submit(&self, records: Vec<Record>, done: WalCallback) {
         // Refused here, not by the flusher: an oversized record is the caller's mistake, not
         // an I/O failure, and must not poison the WAL for everyone.
-        if let Some(len) = records
-            .iter()
-            .map(format::payload_len)
-            .find(|l| *l > format::MAX_PAYLOAD)
-        {
-            done(Err(WalError::RecordTooLarge { len }));
+        if let Some(e) = oversized(&records) {
+            done(Err(e));
             return;
         }
         let shared = &self.inner.shared;
@@ -533,13 +539,9 @@ impl Wal {
         let Some(mut engine) = idle else {
             return self.submit(records, done);
         };
-        if let Some(len) = records
-            .iter()
-            .map(format::payload_len)
-            .find(|l| *l > format::MAX_PAYLOAD)
-        {
+        if let Some(e) = oversized(&records) {
             drop(engine);
-            done(Err(WalError::RecordTooLarge { len }));
+            done(Err(e));
             return;
         }
         engine.process(vec![Submission { records, done }], None);
