@@ -140,6 +140,59 @@ fn no_module_names_a_layer_above_it() {
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
+/// Where a field chain `node.<field>` reaches into the Raft node's insides; the fields are
+/// private to `src/raft`, so this catches a chain through another name of the node too
+/// (`ctx.node.sm`) before the compiler's message would.
+fn raft_field_chains(text: &str) -> Vec<&str> {
+    const INSIDES: &[&str] = &[
+        "sm",
+        "raft",
+        "log",
+        "channels",
+        "reads",
+        "commit_waits",
+        "forwarder",
+        "formats",
+        "leader_contact",
+        "shared",
+    ];
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("node.") {
+        let rest = &text[i + "node.".len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let field = &rest[..end];
+        // `node.raft()` would be a method; only a field (no call) is a chain.
+        if INSIDES.contains(&field) && !rest[end..].starts_with('(') {
+            out.push(field);
+        }
+    }
+    out
+}
+
+/// Above the Raft layer, the server and the binaries talk to Raft through `RaftNode`'s methods
+/// and the types `crate::raft` names: never openraft itself, never the node's fields.
+#[test]
+fn only_the_raft_layer_names_openraft_or_the_nodes_insides() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src").join("server"), &mut files);
+    rust_files(&root().join("cmd"), &mut files);
+    assert!(files.len() > 40, "found only {} files", files.len());
+    let mut violations = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let rel = f.strip_prefix(root()).unwrap().display();
+        if text.contains("openraft::") {
+            violations.push(format!("{rel}: names openraft"));
+        }
+        for field in raft_field_chains(&text) {
+            violations.push(format!("{rel}: reaches into the Raft node's `{field}`"));
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
 #[test]
 fn binaries_do_not_use_test_only_code() {
     let mut files = Vec::new();
@@ -151,6 +204,12 @@ fn binaries_do_not_use_test_only_code() {
             assert!(!text.contains(bad), "{}: names {bad}", f.display());
         }
     }
+}
+
+#[test]
+fn the_chain_scanner_sees_fields_not_methods() {
+    let t = "self.ctx.node.sm.auth(); node.raft.metrics(); node.auth(); node.store(); node.id";
+    assert_eq!(raft_field_chains(t), ["sm", "raft"]);
 }
 
 #[test]

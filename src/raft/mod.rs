@@ -5,38 +5,44 @@
 //! read-index barriers.
 
 pub mod alarm_set;
-pub mod background;
-pub mod backup;
-pub mod cluster_format;
-pub mod commit_hold;
+pub(crate) mod background;
+pub(crate) mod backup;
+pub(crate) mod cluster_format;
+pub(crate) mod commit_hold;
 pub mod dial;
 #[cfg(feature = "testkit")]
 pub mod dial_override;
-pub mod engine_dir;
-pub mod error;
-pub mod force_new_cluster;
-pub mod forward_batch;
-pub mod in_place;
+pub(crate) mod engine_dir;
+pub(crate) mod error;
+pub(crate) mod force_new_cluster;
+pub(crate) mod forward_batch;
+pub(crate) mod in_place;
 pub mod lessor;
 pub mod limits;
-pub mod links;
+pub(crate) mod links;
 pub mod log_format;
-pub mod log_store;
-pub mod network;
-pub mod node;
-pub mod peer_error;
-pub mod peer_service;
-pub mod prober;
-pub mod read_batch;
-pub mod snapshot_data;
+pub(crate) mod log_store;
+pub(crate) mod network;
+pub(crate) mod node;
+mod node_view;
+pub(crate) mod peer_error;
+pub(crate) mod peer_service;
+pub(crate) mod prober;
+pub(crate) mod read_batch;
+mod reconfigure;
+pub(crate) mod snapshot_data;
 pub mod snapshot_file;
-pub mod snapshot_format;
-pub mod snapshot_stream;
-pub mod state_machine;
+pub(crate) mod snapshot_format;
+pub(crate) mod snapshot_stream;
+mod start;
+pub(crate) mod state_machine;
 pub mod types;
 
 pub use error::{ProposeError, StoreError};
 pub use node::RaftNode;
+pub use node_view::{LeadershipWatch, RaftStatus, Role};
+pub use reconfigure::{quorum, ReconfigError};
+pub use start::{ConfigError, RaftSettings, StartError};
 pub use types::{Fatal, Member, NodeId, Raft, TypeConfig};
 
 #[cfg(test)]

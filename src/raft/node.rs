@@ -47,22 +47,22 @@ const FORMAT_GRACE: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct RaftNode {
     pub id: NodeId,
-    pub raft: Raft,
-    pub sm: StateMachine,
-    pub log: LogStore,
-    pub channels: Channels,
+    pub(super) raft: Raft,
+    pub(super) sm: StateMachine,
+    pub(super) log: LogStore,
+    pub(super) channels: Channels,
     /// Last time the leader reached this member (appends and heartbeats), for `has_leader`.
-    pub leader_contact: Arc<Mutex<Instant>>,
+    pub(super) leader_contact: Arc<Mutex<Instant>>,
     pub election_timeout: Duration,
     /// Shared read-index rounds for linearizable reads.
-    pub reads: Coalescer<u64, ProposeError>,
+    pub(super) reads: Coalescer<u64, ProposeError>,
     /// Commit indexes followers wait for (their forwarded writes and read indexes), which the
     /// replication streams send without holding them (`super::commit_hold`).
-    pub commit_waits: CommitWaits,
+    pub(super) commit_waits: CommitWaits,
     /// Writes this member forwards to the leader, sent in batches under load.
-    pub forwarder: Forwarder,
+    pub(super) forwarder: Forwarder,
     /// The log format each peer applies, as the prober hears it.
-    pub formats: PeerFormats,
+    pub(super) formats: PeerFormats,
 }
 
 impl RaftNode {

@@ -131,7 +131,7 @@ pub struct SmShared {
 
 #[derive(Clone)]
 pub struct StateMachine {
-    pub shared: Arc<SmShared>,
+    pub(super) shared: Arc<SmShared>,
 }
 
 impl StateMachine {

@@ -25,7 +25,7 @@ pub async fn alarm(ctx: &ServerCtx, req: AlarmRequest) -> Result<AlarmResponse, 
             ctx.node.read_barrier().await.map_err(ApiError::from)?;
             Ok(AlarmResponse {
                 header: None,
-                alarms: ctx.node.sm.alarms().get(req.alarm),
+                alarms: ctx.node.alarms().get(req.alarm),
             })
         }
         Ok(AlarmAction::Activate | AlarmAction::Deactivate) => {

@@ -145,13 +145,13 @@ impl AuthService {
     ) -> Result<(), Status> {
         let ai = self.who(req).await?;
         self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
-        permitted(self.ctx.node.sm.auth(), ai.as_ref()).map_err(ApiError::from)?;
+        permitted(self.ctx.node.auth(), ai.as_ref()).map_err(ApiError::from)?;
         Ok(())
     }
 
     /// Checks `name`'s password; returns the auth revision it was checked at.
     async fn check_password(&self, name: &str, password: &str) -> Result<u64, Status> {
-        let store = self.ctx.node.sm.auth();
+        let store = self.ctx.node.auth();
         let (hash, revision) = store.password_hash(name).map_err(auth_err)?;
         if !self.ctx.passwords.verify(password.to_string(), hash).await {
             tracing::info!(user = %name, "invalid password");
@@ -208,7 +208,7 @@ impl Auth for AuthService {
     async fn auth_status(&self, req: Request<AuthStatusRequest>) -> Res<AuthStatusResponse> {
         self.who(&req).await?;
         self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
-        let store = self.ctx.node.sm.auth();
+        let store = self.ctx.node.auth();
         Ok(Response::new(AuthStatusResponse {
             header: self.header(),
             enabled: store.is_enabled(),
@@ -222,7 +222,7 @@ impl Auth for AuthService {
         // A lagging member must not check the password against a replaced one: it first
         // applies every change acknowledged before this request.
         self.ctx.node.read_barrier().await.map_err(ApiError::from)?;
-        let store = self.ctx.node.sm.auth();
+        let store = self.ctx.node.auth();
         // A verify-only JWT member cannot issue tokens (etcd fails the same way, at apply).
         let verify_only = self.ctx.jwt.as_ref().is_some_and(|j| j.verify_only());
         let token = while_revision_holds(
@@ -289,7 +289,6 @@ impl Auth for AuthService {
         let roles = self
             .ctx
             .node
-            .sm
             .auth()
             .user_get(&req.get_ref().name)
             .map_err(auth_err)?;
@@ -303,7 +302,7 @@ impl Auth for AuthService {
         self.admin_read(&req).await?;
         Ok(Response::new(AuthUserListResponse {
             header: self.header(),
-            users: self.ctx.node.sm.auth().user_list(),
+            users: self.ctx.node.auth().user_list(),
         }))
     }
 
@@ -379,7 +378,6 @@ impl Auth for AuthService {
         let perm = self
             .ctx
             .node
-            .sm
             .auth()
             .role_get(&req.get_ref().role)
             .map_err(auth_err)?;
@@ -393,7 +391,7 @@ impl Auth for AuthService {
         self.admin_read(&req).await?;
         Ok(Response::new(AuthRoleListResponse {
             header: self.header(),
-            roles: self.ctx.node.sm.auth().role_list(),
+            roles: self.ctx.node.auth().role_list(),
         }))
     }
 

@@ -3,7 +3,6 @@
 //! by the leader (see [`super::membership`]); this member only relays them and stamps its own
 //! response header.
 
-use openraft::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status};
 
 use super::context::ServerCtx;
@@ -25,9 +24,7 @@ impl ClusterService {
     /// Members as etcd lists them: voters and learners, with published name and client URLs
     /// (empty until the member has started and published).
     pub fn members(&self) -> Result<Vec<Member>, ApiError> {
-        let m = self.ctx.node.raft.metrics();
-        let cfg = m.borrow_watched().membership_config.clone();
-        members_of(cfg.membership(), &self.ctx.node.sm)
+        members_of(&self.ctx.node.membership(), &self.ctx.node)
     }
 
     async fn change(&self, req: q::Request) -> Result<r::Response, ApiError> {

@@ -21,7 +21,6 @@
 //! The clock is tokio's, so the schedule is tested with a paused clock instead of sleeping
 //! minutes (`compactor_tests`).
 
-use openraft::async_runtime::WatchReceiver;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::time::Duration;
@@ -59,9 +58,7 @@ impl Target for Member {
     }
 
     fn leads(&self) -> bool {
-        let m = self.0.node.raft.metrics();
-        let leader = m.borrow_watched().current_leader;
-        leader == Some(self.0.node.id)
+        self.0.node.is_leader()
     }
 
     async fn compact(&self, rev: i64) -> Result<(), ApiError> {

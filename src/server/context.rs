@@ -39,13 +39,13 @@ impl ServerCtx {
     }
 
     pub fn current_revision(&self) -> i64 {
-        self.node.sm.store().current_revision()
+        self.node.store().current_revision()
     }
 
     /// Clients in require-leader mode send `hasleader=true`: fail fast without a leader.
     /// A member that stopped applying (it needs a newer kvd) refuses every request first.
     pub fn check_leader(&self, md: &MetadataMap) -> Result<(), ApiError> {
-        if let Some(why) = self.node.sm.needs_upgrade() {
+        if let Some(why) = self.node.needs_upgrade() {
             return Err(ApiError::NeedsUpgrade(why.to_string()));
         }
         let wants = md.get("hasleader").and_then(|v| v.to_str().ok()) == Some("true");
@@ -65,7 +65,7 @@ impl ServerCtx {
         md: &MetadataMap,
         ext: &http::Extensions,
     ) -> Result<Option<AuthInfo>, ApiError> {
-        let store = self.node.sm.auth();
+        let store = self.node.auth();
         if !store.is_enabled() {
             return Ok(None);
         }
@@ -80,7 +80,7 @@ impl ServerCtx {
             // As etcd's simple tokens: a token is valid once this member has applied the
             // entry that assigned it (its index follows the last dot).
             if let Some(index) = token.rsplit_once('.').and_then(|(_, i)| i.parse().ok()) {
-                let wait = self.node.sm.wait_applied(index);
+                let wait = self.node.wait_applied(index);
                 let _ = tokio::time::timeout(TOKEN_INDEX_WAIT, wait).await;
             }
             let username = store
@@ -108,7 +108,7 @@ impl ServerCtx {
         ext: &http::Extensions,
     ) -> Result<(), ApiError> {
         let ai = self.auth_info(md, ext).await?;
-        Ok(self.node.sm.auth().check_admin(ai.as_ref())?)
+        Ok(self.node.auth().check_admin(ai.as_ref())?)
     }
 
     /// etcd's requireAuthInfo: with auth enabled, some user.
@@ -118,7 +118,7 @@ impl ServerCtx {
         ext: &http::Extensions,
     ) -> Result<(), ApiError> {
         match self.auth_info(md, ext).await? {
-            None if self.node.sm.auth().is_enabled() => Err(AuthError::UserEmpty.into()),
+            None if self.node.auth().is_enabled() => Err(AuthError::UserEmpty.into()),
             _ => Ok(()),
         }
     }

@@ -21,28 +21,31 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use openraft::async_runtime::WatchReceiver;
-use openraft::ServerState;
+use tonic::transport::Channel;
 use tonic::Status;
 
 use super::ServerError;
-use crate::mvcc::KvHash;
+use crate::mvcc::{KvHash, MvccStore};
 use crate::proto::etcdserverpb::alarm_request::AlarmAction;
 use crate::proto::etcdserverpb::{AlarmRequest, AlarmType, HashKvRequest, HashKvResponse};
+use crate::proto::kvdpb::peer_client::PeerClient;
 use crate::proto::kvdpb::{internal_request, ErrorCode, InternalRequest};
 use crate::raft::network::Channels;
 use crate::raft::node::REQUEST_TIMEOUT;
 use crate::raft::peer_error;
 use crate::raft::state_machine::StateMachine;
-use crate::raft::types::{Member, NodeId};
-use crate::raft::RaftNode;
+use crate::raft::types::{Member, Membership, NodeId};
+use crate::raft::{RaftNode, Role};
 
 /// One peer's answer to HashKV.
 type PeerHash = (NodeId, Result<HashKvResponse, Status>);
 
+/// How to reach a peer's peer service.
+type Dial<'a> = &'a (dyn Fn(&Member) -> Result<PeerClient<Channel>, String> + Sync);
+
 /// This member's HashKV at `rev` (0: current), off the async workers.
-async fn local_hash(sm: &StateMachine, rev: i64) -> Result<KvHash, String> {
-    let store = sm.store().clone();
+async fn local_hash(store: &MvccStore, rev: i64) -> Result<KvHash, String> {
+    let store = store.clone();
     tokio::task::spawn_blocking(move || store.hash_kv(rev))
         .await
         .map_err(|e| e.to_string())?
@@ -50,9 +53,9 @@ async fn local_hash(sm: &StateMachine, rev: i64) -> Result<KvHash, String> {
 }
 
 /// Asks every peer for HashKV at `rev`, in parallel, each within [`REQUEST_TIMEOUT`].
-async fn peer_hashes(channels: &Channels, peers: Vec<(NodeId, Member)>, rev: i64) -> Vec<PeerHash> {
+async fn peer_hashes(dial: Dial<'_>, peers: Vec<(NodeId, Member)>, rev: i64) -> Vec<PeerHash> {
     let calls = peers.into_iter().map(|(id, m)| async move {
-        let mut c = match channels.peer(&m) {
+        let mut c = match dial(&m) {
             Ok(c) => c,
             Err(e) => return (id, Err(Status::invalid_argument(e))),
         };
@@ -66,15 +69,12 @@ async fn peer_hashes(channels: &Channels, peers: Vec<(NodeId, Member)>, rev: i64
     futures::future::join_all(calls).await
 }
 
-/// The other members of the configuration `sm` holds.
-fn peers_of(sm: &StateMachine, me: NodeId) -> Result<Vec<(NodeId, Member)>, ServerError> {
-    Ok(sm
-        .membership()?
-        .membership()
-        .nodes()
+/// The other members of `m`.
+fn peers_of(m: &Membership, me: NodeId) -> Vec<(NodeId, Member)> {
+    m.nodes()
         .filter(|(id, _)| **id != me)
         .map(|(id, m)| (*id, m.clone()))
-        .collect())
+        .collect()
 }
 
 /// etcd's `CheckInitialHashKV`, run by a restarted member before Raft starts (see the module
@@ -88,11 +88,12 @@ pub async fn initial_check(
         "{me:x} starting initial corruption check with timeout {:?}...",
         REQUEST_TIMEOUT
     );
-    let h = local_hash(sm, 0)
+    let h = local_hash(sm.store(), 0)
         .await
         .map_err(|e| ServerError::Inconsistent(format!("{me:x} failed to fetch hash ({e})")))?;
     let mut mismatch = 0;
-    for (id, r) in peer_hashes(channels, peers_of(sm, me)?, h.revision).await {
+    let peers = peers_of(sm.membership()?.membership(), me);
+    for (id, r) in peer_hashes(&|m| channels.peer(m), peers, h.revision).await {
         match r {
             Ok(p) if p.hash != h.hash && p.compact_revision == h.compacted => {
                 tracing::error!(
@@ -149,8 +150,7 @@ pub async fn monitor(node: RaftNode, interval: Duration) {
     let mut reported = BTreeSet::new();
     loop {
         tokio::time::sleep(interval).await;
-        let m = node.raft.metrics().borrow_watched().clone();
-        if m.state != ServerState::Leader {
+        if node.status().role != Role::Leader {
             continue;
         }
         match check(&node).await {
@@ -167,7 +167,6 @@ pub async fn monitor(node: RaftNode, interval: Duration) {
 /// Proposes a CORRUPT alarm for `id` unless one is active; logs each member once.
 async fn raise(node: &RaftNode, id: NodeId, reported: &mut BTreeSet<NodeId>) {
     let active = node
-        .sm
         .alarms()
         .get(AlarmType::Corrupt as i32)
         .iter()
@@ -194,12 +193,12 @@ async fn raise(node: &RaftNode, id: NodeId, reported: &mut BTreeSet<NodeId>) {
 /// One pass of etcd's `checkHashKV`; the members to raise CORRUPT for (empty: consistent).
 async fn check(node: &RaftNode) -> Result<BTreeSet<NodeId>, String> {
     let me = node.id;
-    let h = local_hash(&node.sm, 0).await?;
-    let peers = peers_of(&node.sm, me).map_err(|e| e.to_string())?;
+    let h = local_hash(node.store(), 0).await?;
+    let peers = peers_of(&node.applied_membership().map_err(|e| e.to_string())?, me);
     let members = peers.len() + 1;
-    let answers = peer_hashes(&node.channels, peers, h.revision).await;
+    let answers = peer_hashes(&|m| node.peer(m), peers, h.revision).await;
     node.read_barrier().await.map_err(|e| e.to_string())?;
-    let h2 = local_hash(&node.sm, 0).await?;
+    let h2 = local_hash(node.store(), 0).await?;
 
     // Anomalies etcd 3.4 raises for, beside hash mismatches; who is wrong is unknown.
     let mut unknown = false;

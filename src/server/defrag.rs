@@ -35,14 +35,14 @@ pub const IN_USE_WAIT: Duration = Duration::from_millis(500);
 pub(crate) async fn defragment(node: &RaftNode) -> Result<DefragmentResponse, ApiError> {
     // In a task of its own: a client that gives up does not stop it halfway (nothing would be
     // lost, but the copy would be wasted).
-    let sm = node.sm.clone();
+    let node = node.clone();
     tokio::spawn(async move {
-        let before = dir_size(&sm.db_dir());
+        let before = dir_size(&node.db_dir());
         tracing::info!(
             current_db_size_bytes = before,
             "starting to defragment the storage backend..."
         );
-        let d = sm.defragment().await.map_err(|e| {
+        let d = node.defragment().await.map_err(|e| {
             tracing::warn!(error = %e, "defragmenting the storage backend failed");
             ApiError::Internal(format!("defragment: {e}"))
         })?;
@@ -90,7 +90,7 @@ fn forget_in_use(dir: &PathBuf) {
 /// status call that started it is still waiting: a client with a short deadline on a large
 /// store must not start a new full scan with each retry.
 pub(crate) async fn size_in_use(node: &RaftNode) -> Option<u64> {
-    let dir = node.sm.db_dir();
+    let dir = node.db_dir();
     let start = in_use(|m| {
         let e = m.entry(dir.clone()).or_default();
         if e.last.is_some_and(|(at, _)| at.elapsed() < IN_USE_TTL) || e.scanning {
@@ -100,7 +100,7 @@ pub(crate) async fn size_in_use(node: &RaftNode) -> Option<u64> {
         true
     });
     if start {
-        let store = node.sm.store().clone();
+        let store = node.store().clone();
         let dir = dir.clone();
         tokio::spawn(async move {
             let n = match tokio::task::spawn_blocking(move || store.live_bytes()).await {

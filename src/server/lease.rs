@@ -15,8 +15,6 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use openraft::async_runtime::WatchReceiver;
-use openraft::ServerState;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -50,7 +48,7 @@ const REVOKE_PAUSE: Duration = Duration::from_millis(100);
 
 /// Leader side of a keep-alive: the lease's TTL, 0 for an unknown or expired lease.
 pub fn keep_alive_local(node: &RaftNode, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
-    let ttl = match node.sm.lessor().renew(id) {
+    let ttl = match node.lessor().renew(id) {
         Lookup::Found(ttl) => ttl,
         Lookup::NotFound => 0,
         Lookup::NotPrimary => return Err(peer_error::not_leader()),
@@ -68,7 +66,7 @@ pub fn time_to_live_local(
     req: &LeaseTimeToLiveRequest,
 ) -> Result<LeaseTimeToLiveResponse, Status> {
     let id = req.id;
-    let (granted, left) = match node.sm.lessor().time_to_live(id) {
+    let (granted, left) = match node.lessor().time_to_live(id) {
         Lookup::Found(t) => t,
         Lookup::NotFound => {
             return Ok(LeaseTimeToLiveResponse {
@@ -80,7 +78,7 @@ pub fn time_to_live_local(
         Lookup::NotPrimary => return Err(peer_error::not_leader()),
     };
     let keys = if req.keys {
-        node.sm.shared.mvcc.lease_keys(id)
+        node.store().lease_keys(id)
     } else {
         Vec::new()
     };
@@ -135,7 +133,7 @@ async fn keep_alive(node: &RaftNode, id: i64) -> Result<LeaseKeepAliveResponse, 
         node,
         || keep_alive_local(node, id),
         |m| async move {
-            let mut c = node.channels.peer(&m).map_err(Status::unavailable)?;
+            let mut c = node.peer(&m).map_err(Status::unavailable)?;
             Ok(c.lease_keep_alive(LeaseKeepAliveRequest { id })
                 .await?
                 .into_inner())
@@ -163,11 +161,11 @@ impl LeaseService {
 
     /// etcd's lease checks at the API layer (see `AuthStore::check_lease`).
     fn check_lease(&self, ai: Option<&AuthInfo>, id: i64, write: bool) -> Result<(), ApiError> {
-        let auth = self.ctx.node.sm.auth();
+        let auth = self.ctx.node.auth();
         if !auth.is_enabled() {
             return Ok(());
         }
-        let keys = self.ctx.node.sm.store().lease_keys(id);
+        let keys = self.ctx.node.store().lease_keys(id);
         Ok(auth.check_lease(ai, &keys, write)?)
     }
 }
@@ -237,7 +235,7 @@ impl Lease for LeaseService {
         let mut r = req.into_inner();
         // The permission check is on the keys the leader answers with, not on this member's
         // view of the lease (which may lag): with auth on, the keys are always asked for.
-        let auth_on = self.ctx.node.sm.auth().is_enabled();
+        let auth_on = self.ctx.node.auth().is_enabled();
         let wanted_keys = r.keys;
         r.keys |= auth_on;
         let node = &self.ctx.node;
@@ -245,7 +243,7 @@ impl Lease for LeaseService {
             node,
             || time_to_live_local(node, &r),
             |m| async move {
-                let mut c = node.channels.peer(&m).map_err(Status::unavailable)?;
+                let mut c = node.peer(&m).map_err(Status::unavailable)?;
                 Ok(c.lease_time_to_live(r).await?.into_inner())
             },
         )
@@ -253,7 +251,6 @@ impl Lease for LeaseService {
         if auth_on {
             self.ctx
                 .node
-                .sm
                 .auth()
                 .check_lease(ai.as_ref(), &resp.keys, false)
                 .map_err(ApiError::from)?;
@@ -273,7 +270,6 @@ impl Lease for LeaseService {
         let leases = self
             .ctx
             .node
-            .sm
             .leases()
             .await
             .map_err(ApiError::from)?
@@ -299,17 +295,14 @@ pub async fn lessor_duties(node: RaftNode) {
 /// Promotes and demotes the lessor with this member's leadership; returns when the Raft node
 /// shuts down.
 async fn follow_leadership(node: &RaftNode) {
-    let lessor = &node.sm.lessor();
+    let lessor = &node.lessor();
     // Server metrics (term, leader, state, membership) rather than the full metrics, which change
     // on every append and apply.
-    let mut metrics = node.raft.server_metrics();
+    let mut leadership = node.watch_leadership();
     loop {
-        let leading = {
-            let m = metrics.borrow_watched();
-            m.state == ServerState::Leader && m.current_leader == Some(node.id)
-        };
+        let leading = leadership.leading();
         if leading && !lessor.is_primary() {
-            let mvcc = &node.sm.store();
+            let mvcc = &node.store();
             match lessor.promote_with(|| mvcc.leases(), node.election_timeout) {
                 Ok(()) => tracing::info!("became lease primary"),
                 Err(e) => tracing::error!("cannot load leases: {e}"),
@@ -320,7 +313,7 @@ async fn follow_leadership(node: &RaftNode) {
         }
         // Also on a timer: a promotion that failed to load the leases is retried.
         tokio::select! {
-            r = metrics.changed() => if r.is_err() { lessor.demote(); return },
+            up = leadership.changed() => if !up { lessor.demote(); return },
             () = tokio::time::sleep(EXPIRY_CHECK) => {}
         }
     }
@@ -340,7 +333,7 @@ async fn propose_revokes(node: &RaftNode, ids: Vec<i64>) -> Result<(), crate::ra
     let Some(In::LeaseRevokeMany(LeaseRevokeManyRequest { ids })) = many.request else {
         unreachable!("built above")
     };
-    let auth = node.sm.auth();
+    let auth = node.auth();
     let (username, auth_revision) = if auth.is_enabled() {
         (crate::auth::ROOT.to_string(), auth.revision())
     } else {
@@ -363,7 +356,7 @@ async fn propose_revokes(node: &RaftNode, ids: Vec<i64>) -> Result<(), crate::ra
 /// [`REVOKE_PAUSE`] apart. One batch in flight bounds what a storm adds to the log and to
 /// memory, and client writes queue behind at most one batch.
 async fn revoke_expired(node: &RaftNode) {
-    let lessor = &node.sm.lessor();
+    let lessor = &node.lessor();
     // (start, leases revoked) of a storm: a run of full batches, summarised when it ends.
     let mut storm: Option<(Instant, usize)> = None;
     let mut failed_batches = 0usize;
@@ -371,7 +364,6 @@ async fn revoke_expired(node: &RaftNode) {
         // Every member refuses revokes while CORRUPT is active (etcd's corrupt applier):
         // proposing them would only fill the log with refusals.
         let corrupt = node
-            .sm
             .alarms()
             .is_active(crate::proto::etcdserverpb::AlarmType::Corrupt);
         let ids = if corrupt {

@@ -226,7 +226,7 @@ impl LocalClient {
 
     /// etcd's read check of `[key, range_end)` for the caller (a no-op with auth disabled).
     fn check_read(&self, key: &[u8], range_end: &[u8]) -> Result<(), ApiError> {
-        let auth = self.ctx.node.sm.auth();
+        let auth = self.ctx.node.auth();
         Ok(auth.check_op(self.caller.as_ref(), key, range_end, false)?)
     }
 
@@ -274,7 +274,7 @@ impl LocalClient {
     ) -> Result<Vec<Event>, ApiError> {
         // As a watch: read permission on the range, checked when the wait starts.
         self.check_read(key, range_end)?;
-        let sm = &self.ctx.node.sm;
+        let sm = &self.ctx.node;
         let rev = |e: &Event| e.kv.as_ref().map_or(0, |kv| kv.mod_revision);
         let wanted = |e: &Event| {
             e.kv.as_ref()

@@ -1,7 +1,6 @@
 //! The etcd v3 Maintenance service (Status, Alarm, Hash, HashKV and MoveLeader; the rest as
 //! their issues land).
 
-use openraft::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status};
 
 use super::context::ServerCtx;
@@ -52,32 +51,28 @@ impl Maintenance for MaintenanceService {
     async fn status(&self, r: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let node = &self.ctx.node;
-        let m = node.raft.metrics().borrow_watched().clone();
-        let db_size = dir_size(&node.sm.db_dir()) as i64;
+        let status = node.status();
+        let db_size = dir_size(&node.db_dir()) as i64;
         let db_size_in_use = super::defrag::size_in_use(node)
             .await
             .map_or(db_size, |n| n as i64);
-        let recent = node.log.wal().recent_fsyncs();
-        let is_learner = !m
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|v| v == node.id);
+        let recent = node.recent_fsyncs();
+        let is_learner = !status.is_voter(node.id);
         // etcd's order: "no leader" first, then each active alarm as etcd prints it.
         let mut errors = Vec::new();
-        if m.current_leader.is_none() {
+        if status.leader.is_none() {
             errors.push(ApiError::NoLeader.to_string());
         }
-        errors.extend(node.sm.alarms().get(0).iter().map(alarm_text));
+        errors.extend(node.alarms().get(0).iter().map(alarm_text));
         Ok(Response::new(StatusResponse {
             header: self.ctx.header(self.ctx.current_revision()),
             version: ETCD_VERSION.to_string(),
             db_size,
-            leader: m.current_leader.unwrap_or(0),
+            leader: status.leader.unwrap_or(0),
             // etcd's raftIndex is the committed index.
-            raft_index: m.local_committed.map_or(0, |l| l.index),
-            raft_term: m.current_term,
-            raft_applied_index: m.last_applied.map_or(0, |l| l.index),
+            raft_index: status.committed,
+            raft_term: status.term,
+            raft_applied_index: status.applied,
             errors,
             db_size_in_use,
             is_learner,
@@ -104,7 +99,7 @@ impl Maintenance for MaintenanceService {
     /// see `mvcc::hash`).
     async fn hash(&self, r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
         self.ctx.check_admin(r.metadata(), r.extensions()).await?;
-        let store = self.ctx.node.sm.store().clone();
+        let store = self.ctx.node.store().clone();
         let (hash, rev) = tokio::task::spawn_blocking(move || store.hash_all())
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?
@@ -120,7 +115,7 @@ impl Maintenance for MaintenanceService {
     async fn hash_kv(&self, r: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
         self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let rev = r.into_inner().revision;
-        let store = self.ctx.node.sm.store().clone();
+        let store = self.ctx.node.store().clone();
         let h = tokio::task::spawn_blocking(move || store.hash_kv(rev))
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?
@@ -142,7 +137,7 @@ impl Maintenance for MaintenanceService {
         self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let ctx = self.ctx.clone();
         let stream = super::backup::stream::snapshot(
-            self.ctx.node.sm.clone(),
+            self.ctx.node.clone(),
             self.backup_dir.clone(),
             move |rev| ctx.header(rev),
         )

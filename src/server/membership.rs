@@ -18,18 +18,12 @@
 //!   index is within [`LEARNER_READY`] of the leader's last log index.
 //! - A member id is computed from the peer URLs, the cluster token and the current time, so an
 //!   id is never reused after a removal (etcd does the same).
-//! - A voter is added in one log entry (openraft's single-step `append_membership`: the voter
-//!   sets differ by one, so every quorum of the old set meets every quorum of the new), not
-//!   through a joint configuration, and `member add` answers once that entry is durable on a
-//!   quorum of the *old* voters (the leader's replication metrics; the leader's own entry
-//!   counts once it is flushed). From then on every future leader holds the entry: a candidate
-//!   without it needs votes from a quorum of the old voters, one of which has a longer log and
-//!   refuses. This is when etcd 3.4 answers (its conf change commits under the old
-//!   configuration, then takes effect). openraft commits the entry only with a quorum of the
-//!   *new* voters, which may need the new member itself (growing a one-member cluster to two),
-//!   so the commit finishes in the background and the change lock is held until it does: the
-//!   next change waits for it (or answers "request timed out", as etcd does while the added
-//!   member it needs for a quorum has not started).
+//! - A voter is added in one log entry and `member add` answers once that entry is durable
+//!   on a quorum of the *old* voters, when etcd 3.4 answers too (`crate::raft::reconfigure`
+//!   says why that is safe); the commit may need the new member itself (growing a one-member
+//!   cluster to two), so it finishes in the background and the change lock is held until it
+//!   does: the next change waits for it (or answers "request timed out", as etcd does while the
+//!   added member it needs for a quorum has not started).
 //! - What a client sees: an error or a timeout before that point means the member may or may
 //!   not be added (the entry may be on the leader only, and is lost if that leader dies before
 //!   replicating it; `member list` tells). A success means the member is in the configuration
@@ -37,15 +31,10 @@
 //!   next leader is elected under that configuration (for two voters: once the new member has
 //!   started), exactly as with etcd.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use openraft::async_runtime::WatchReceiver;
-use openraft::entry::RaftPayload;
-use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
-use openraft::type_config::alias::PayloadOf;
-use openraft::{ChangeMembers, Precondition};
 use tokio::sync::OwnedMutexGuard;
 
 use super::error::ApiError;
@@ -55,15 +44,12 @@ use crate::proto::etcdserverpb::{
     MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
     MemberUpdateResponse,
 };
-use crate::proto::kvdpb::{
-    membership_request, membership_response, MembershipRequest, RemovedRequest,
-};
+use crate::proto::kvdpb::{membership_request, membership_response, MembershipRequest};
 use crate::raft::links::Links;
 use crate::raft::node::REQUEST_TIMEOUT;
 use crate::raft::peer_error::PeerFailure;
-use crate::raft::state_machine::StateMachine;
-use crate::raft::types::{Membership, StoredMembership};
-use crate::raft::{Member, NodeId, RaftNode, TypeConfig};
+use crate::raft::types::Membership;
+use crate::raft::{Member, NodeId, RaftNode, ReconfigError};
 use crate::server::config::compute_member_id;
 
 /// How long a member must have reached a peer without interruption for it to count as active
@@ -87,18 +73,18 @@ pub struct Reconfig {
 
 /// etcd's member list for a membership config: published name and client URLs come from the
 /// state machine (empty until the member has started).
-pub fn members_of(m: &Membership, sm: &StateMachine) -> Result<Vec<EtcdMember>, ApiError> {
+pub fn members_of(m: &Membership, node: &RaftNode) -> Result<Vec<EtcdMember>, ApiError> {
     let voters: BTreeSet<NodeId> = m.voter_ids().collect();
     let mut out = Vec::new();
-    for (id, node) in m.nodes() {
-        let attrs = sm
+    for (id, member) in m.nodes() {
+        let attrs = node
             .member_attrs(*id)
             .map_err(|e| ApiError::Internal(e.to_string()))?
             .unwrap_or_default();
         out.push(EtcdMember {
             id: *id,
             name: attrs.name,
-            peer_ur_ls: node.peer_urls.clone(),
+            peer_ur_ls: member.peer_urls.clone(),
             client_ur_ls: attrs.client_urls,
             is_learner: !voters.contains(id),
         });
@@ -120,20 +106,15 @@ fn valid_peer_urls(urls: &[String]) -> bool {
         })
 }
 
-/// A membership change openraft refused or lost, by the error's type.
-fn raft_err(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> ApiError {
-    match e {
-        // Refused before anything was appended: whoever leads next checks and proposes it.
-        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ApiError::NotLeader,
-        // Appended, then dropped from this log: it may still commit elsewhere, so asking again
-        // could apply it twice.
-        RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => ApiError::LeaderChanged,
-        // Refused before anything was appended, until this leader's first entry (or the last
-        // configuration) commits: asked again, like a leader change, until the deadline.
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(
-            ChangeMembershipError::UncommittedLeaderLog(_) | ChangeMembershipError::InProgress(_),
-        )) => ApiError::NotLeader,
-        e => ApiError::Internal(e.to_string()),
+impl From<ReconfigError> for ApiError {
+    fn from(e: ReconfigError) -> Self {
+        match e {
+            ReconfigError::NotLeader => ApiError::NotLeader,
+            ReconfigError::LeaderChanged => ApiError::LeaderChanged,
+            ReconfigError::Timeout => ApiError::Timeout,
+            ReconfigError::Stopped => ApiError::Stopped,
+            ReconfigError::Internal(s) => ApiError::Internal(s),
+        }
     }
 }
 
@@ -179,11 +160,7 @@ impl Reconfig {
         req: membership_request::Request,
         deadline: std::time::Instant,
     ) -> Result<membership_response::Response, ApiError> {
-        let mut c = self
-            .node
-            .channels
-            .peer(leader)
-            .map_err(ApiError::Internal)?;
+        let mut c = self.node.peer(leader).map_err(ApiError::Internal)?;
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let call = c.membership(MembershipRequest { request: Some(req) });
         match tokio::time::timeout(left, call).await {
@@ -226,7 +203,7 @@ impl Reconfig {
         let one_at_a_time = tokio::time::timeout(REQUEST_TIMEOUT, self.lock.clone().lock_owned())
             .await
             .map_err(|_| ApiError::Timeout)?;
-        if self.node.raft.metrics().borrow_watched().current_leader != Some(self.node.id) {
+        if !self.node.is_leader() {
             return Err(ApiError::NotLeader);
         }
         match req {
@@ -237,20 +214,9 @@ impl Reconfig {
         }
     }
 
-    fn membership(&self) -> Membership {
-        self.node
-            .raft
-            .metrics()
-            .borrow_watched()
-            .membership_config
-            .membership()
-            .clone()
-    }
-
     fn started(&self, id: NodeId) -> Result<bool, ApiError> {
         Ok(self
             .node
-            .sm
             .member_attrs(id)
             .map_err(|e| ApiError::Internal(e.to_string()))?
             .is_some())
@@ -301,15 +267,15 @@ impl Reconfig {
 
     fn header_members(&self, m: Option<&Membership>) -> Result<Vec<EtcdMember>, ApiError> {
         match m {
-            Some(m) => members_of(m, &self.node.sm),
-            None => members_of(&self.membership(), &self.node.sm),
+            Some(m) => members_of(m, &self.node),
+            None => members_of(&self.node.membership(), &self.node),
         }
     }
 
     /// A member never lets into the membership a peer URL it cannot dial: `https://` needs
     /// peer TLS on this member (and `unix://` is not dialed at all).
     fn can_dial_all(&self, urls: &[String]) -> bool {
-        match urls.iter().find(|u| !self.node.channels.can_dial(u)) {
+        match urls.iter().find(|u| !self.node.can_dial(u)) {
             Some(u) => {
                 tracing::warn!(
                     url = %u,
@@ -330,7 +296,7 @@ impl Reconfig {
         if !valid_peer_urls(&r.peer_ur_ls) || !self.can_dial_all(&r.peer_ur_ls) {
             return Err(ApiError::BadMemberUrls);
         }
-        let m = self.membership();
+        let m = self.node.membership();
         if m.nodes()
             .any(|(_, n)| n.peer_urls.iter().any(|u| r.peer_ur_ls.contains(u)))
         {
@@ -361,13 +327,9 @@ impl Reconfig {
         // Neither waits for the new member: a learner entry commits with the voters, and a
         // voter's answer needs only the old voters (see the module doc).
         let membership = if r.is_learner {
-            tokio::time::timeout(REQUEST_TIMEOUT, self.node.raft.add_learner(id, node, false))
-                .await
-                .map_err(|_| ApiError::Timeout)?
-                .map_err(raft_err)?
-                .membership
+            self.node.add_learner(id, node).await?
         } else {
-            self.add_voter(id, node, one_at_a_time).await?
+            self.node.add_voter(id, node, one_at_a_time).await?
         };
         Ok(MemberAddResponse {
             header: None,
@@ -382,90 +344,14 @@ impl Reconfig {
         })
     }
 
-    /// Appends the configuration with voter `id` added (one entry) and returns it once a
-    /// quorum of the old voters has the entry, or once it committed, whichever comes first;
-    /// the commit finishes in the background, holding `one_at_a_time` (see the module doc).
-    /// From a joint configuration (left by a leader that did not finish a two-step change)
-    /// openraft's two-step change is used and answered only once it commits.
-    async fn add_voter(
-        &self,
-        id: NodeId,
-        node: Member,
-        one_at_a_time: OwnedMutexGuard<()>,
-    ) -> Result<Option<Membership>, ApiError> {
-        let observed = self
-            .node
-            .raft
-            .metrics()
-            .borrow_watched()
-            .membership_config
-            .clone();
-        let current = observed.membership();
-        let old_voters: BTreeSet<NodeId> = current.voter_ids().collect();
-        let mut voters = old_voters.clone();
-        voters.insert(id);
-        let mut nodes: BTreeMap<NodeId, Member> =
-            current.nodes().map(|(i, n)| (*i, n.clone())).collect();
-        nodes.insert(id, node.clone());
-        let proposed =
-            Membership::new(vec![voters], nodes).map_err(|e| ApiError::Internal(e.to_string()))?;
-        let joint = current.get_joint_config().len() > 1;
-        let raft = self.node.raft.clone();
-        let after = *observed.log_id();
-        let (done_tx, done) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let r = if joint {
-                // Left joint by a change a leader did not finish: openraft's two-step change
-                // leaves it first (the direct append only goes from a uniform set).
-                let add = BTreeMap::from([(id, node)]);
-                raft.change_membership(ChangeMembers::AddVoters(add), true)
-                    .await
-            } else {
-                let cond = Precondition::LastMembershipLogId {
-                    last_membership_log_id: after,
-                };
-                raft.append_membership(proposed, PayloadOf::<TypeConfig>::blank(), [cond])
-                    .await
-            };
-            match &r {
-                Ok(_) => tracing::info!(member = %format!("{id:x}"), "added voter: committed"),
-                Err(e) => tracing::warn!(member = %format!("{id:x}"), "adding a voter: {e}"),
-            }
-            drop(one_at_a_time);
-            let _ = done_tx.send(r);
-        });
-        let mut metrics = self.node.raft.metrics();
-        let kept = metrics.wait_until(|m: &openraft::RaftMetrics<TypeConfig>| {
-            kept_by_old_quorum(m, id, &old_voters, &observed)
-        });
-        let (done, kept) = (
-            tokio::time::timeout(REQUEST_TIMEOUT, done),
-            tokio::time::timeout(REQUEST_TIMEOUT, kept),
-        );
-        tokio::select! {
-            r = done => match r {
-                Ok(Ok(r)) => Ok(r.map_err(raft_err)?.membership),
-                Ok(Err(_)) => Err(ApiError::Internal("membership change task ended".into())),
-                Err(_) => Err(ApiError::Timeout),
-            },
-            // A joint configuration's first step is not this single-step entry: answered at
-            // its commit only.
-            r = kept, if !joint => match r {
-                Ok(Ok(m)) => Ok(Some(m.membership_config.membership().clone())),
-                Ok(Err(_)) => Err(ApiError::Stopped),
-                Err(_) => Err(ApiError::Timeout),
-            },
-        }
-    }
-
     async fn remove(&self, r: MemberRemoveRequest) -> Result<MemberRemoveResponse, ApiError> {
         let id = r.id;
-        let m = self.membership();
+        let m = self.node.membership();
         if m.get_node(&id).is_none() {
             return Err(ApiError::MemberNotFound);
         }
         let is_voter = m.voter_ids().any(|v| v == id);
-        let change = if is_voter {
+        if is_voter {
             let rest: BTreeSet<NodeId> = m.voter_ids().filter(|v| *v != id).collect();
             let started = rest
                 .iter()
@@ -483,48 +369,13 @@ impl Reconfig {
             if !down && rest.iter().filter(|v| self.active(**v)).count() < quorum(rest.len()) {
                 return Err(ApiError::Unhealthy);
             }
-            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
-        } else {
-            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
-        };
+        }
         tracing::info!(member = %format!("{id:x}"), voter = is_voter, "removing member");
-        // Removing this member (the leader) is fine: once the change commits, openraft hands
-        // leadership to another voter and this member's removal watch stops the process.
-        let done = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            self.node.raft.change_membership(change, false),
-        )
-        .await
-        .map_err(|_| ApiError::Timeout)?;
-        let membership = match done {
-            Ok(resp) => resp.membership,
-            // When this member removes itself, the removal watch may stop Raft between the
-            // commit and openraft's answer ("raft stopped"); the committed membership then
-            // says whether the change went through.
-            Err(e) if id == self.node.id => {
-                let committed = self
-                    .node
-                    .raft
-                    .server_metrics()
-                    .borrow_watched()
-                    .committed_membership_config
-                    .membership()
-                    .clone();
-                if committed.get_node(&id).is_some() {
-                    return Err(raft_err(e));
-                }
-                Some(committed)
-            }
-            Err(e) => return Err(raft_err(e)),
-        };
+        let membership = self.node.remove_member(id, is_voter).await?;
         if id != self.node.id {
             if let Some(node) = m.get_node(&id) {
-                tokio::spawn(notify_removed(
-                    self.node.clone(),
-                    node.clone(),
-                    self.cluster_id,
-                    id,
-                ));
+                let (node, target, cluster_id) = (self.node.clone(), node.clone(), self.cluster_id);
+                tokio::spawn(async move { node.notify_removed(target, cluster_id, id).await });
             }
         }
         Ok(MemberRemoveResponse {
@@ -534,7 +385,7 @@ impl Reconfig {
     }
 
     async fn update(&self, r: MemberUpdateRequest) -> Result<MemberUpdateResponse, ApiError> {
-        let m = self.membership();
+        let m = self.node.membership();
         if m.get_node(&r.id).is_none() {
             return Err(ApiError::MemberNotFound);
         }
@@ -550,41 +401,23 @@ impl Reconfig {
             peer_urls: r.peer_ur_ls,
         };
         tracing::info!(member = %format!("{:x}", r.id), urls = %node, "updating member");
-        let resp = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            self.node.raft.change_membership(
-                ChangeMembers::SetNodes(BTreeMap::from([(r.id, node)])),
-                true,
-            ),
-        )
-        .await
-        .map_err(|_| ApiError::Timeout)?
-        .map_err(raft_err)?;
+        let membership = self.node.update_member(r.id, node).await?;
         Ok(MemberUpdateResponse {
             header: None,
-            members: self.header_members(resp.membership.as_ref())?,
+            members: self.header_members(membership.as_ref())?,
         })
     }
 
     async fn promote(&self, r: MemberPromoteRequest) -> Result<MemberPromoteResponse, ApiError> {
         let id = r.id;
-        let m = self.membership();
+        let m = self.node.membership();
         if m.get_node(&id).is_none() {
             return Err(ApiError::MemberNotFound);
         }
         if m.voter_ids().any(|v| v == id) {
             return Err(ApiError::NotLearner);
         }
-        let (matched, last) = {
-            let metrics = self.node.raft.metrics();
-            let metrics = metrics.borrow_watched();
-            let matched = metrics
-                .replication
-                .as_ref()
-                .and_then(|r| r.get(&id).cloned().flatten())
-                .map_or(0, |l| l.index);
-            (matched, metrics.last_log_index.unwrap_or(0))
-        };
+        let (matched, last) = self.node.learner_progress(id);
         if (matched as f64) < (last as f64) * LEARNER_READY {
             return Err(ApiError::LearnerNotReady);
         }
@@ -592,135 +425,31 @@ impl Reconfig {
         voters.insert(id);
         self.check_quorum(&voters, Some((id, self.started(id)?)))?;
         tracing::info!(member = %format!("{id:x}"), matched, last, "promoting learner");
-        let resp = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            self.node
-                .raft
-                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true),
-        )
-        .await
-        .map_err(|_| ApiError::Timeout)?
-        .map_err(raft_err)?;
+        let membership = self.node.promote_learner(id).await?;
         Ok(MemberPromoteResponse {
             header: None,
-            members: self.header_members(resp.membership.as_ref())?,
+            members: self.header_members(membership.as_ref())?,
         })
     }
 
     /// MoveLeader: served by the leader only, as etcd (clients find the leader themselves).
     /// Returns once the target leads, or fails after the request timeout.
     pub async fn move_leader(&self, target: NodeId) -> Result<(), ApiError> {
-        let m = self.node.raft.metrics().borrow_watched().clone();
-        if m.current_leader != Some(self.node.id) {
+        let status = self.node.status();
+        if status.leader != Some(self.node.id) {
             return Err(ApiError::NotLeader);
         }
-        if !m
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|v| v == target)
-        {
+        if !status.is_voter(target) {
             return Err(ApiError::BadLeaderTransferee);
         }
         if target == self.node.id {
             return Ok(());
         }
         tracing::info!(to = %format!("{target:x}"), "moving leadership");
-        self.node
-            .raft
-            .trigger()
-            .transfer_leader(target)
-            .await
-            .map_err(|_| ApiError::Stopped)?;
-        let mut rx = self.node.raft.metrics();
-        tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            rx.wait_until(|m: &openraft::RaftMetrics<crate::raft::TypeConfig>| {
-                m.current_leader == Some(target)
-            }),
-        )
-        .await
-        .map_err(|_| ApiError::LeaderTransferTimeout)?
-        .map_err(|_| ApiError::Stopped)?;
-        Ok(())
-    }
-}
-
-/// Whether the leader whose metrics are `m` holds a configuration newer than `before` with
-/// `id` as a voter, and a quorum of `old_voters` (the leader included, once flushed) has the
-/// entry that made it: then no leader can be elected without it (see the module doc).
-fn kept_by_old_quorum(
-    m: &openraft::RaftMetrics<TypeConfig>,
-    id: NodeId,
-    old_voters: &BTreeSet<NodeId>,
-    before: &StoredMembership,
-) -> bool {
-    let config = &m.membership_config;
-    let Some(at) = config.log_id() else {
-        return false;
-    };
-    if config.log_id() <= before.log_id() || !config.membership().voter_ids().any(|v| v == id) {
-        return false;
-    }
-    let Some(matched) = &m.replication else {
-        return false;
-    };
-    let have = old_voters
-        .iter()
-        .filter(|v| {
-            matched
-                .get(v)
-                .cloned()
-                .flatten()
-                .is_some_and(|l| l.index >= at.index)
-        })
-        .count();
-    have >= quorum(old_voters.len())
-}
-
-/// Tells a removed member it is out: replication to it stopped when its removal was proposed,
-/// so it may never see the commit itself. Best effort; a member that is down learns nothing.
-async fn notify_removed(node: RaftNode, target: Member, cluster_id: u64, member_id: NodeId) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::time::Instant::now() < deadline {
-        if let Ok(mut c) = node.channels.peer(&target) {
-            let call = c.removed(RemovedRequest {
-                cluster_id,
-                member_id,
-            });
-            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), call).await {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Resolves when this member learns it has been removed: from the leader's notice, or from a
-/// committed configuration without it. `was_member` is whether this member knows it belonged to
-/// the cluster; a joining member replays configurations from before it was added, which must
-/// not count as a removal.
-pub async fn removed(
-    node: RaftNode,
-    mut was_member: bool,
-    mut notice: tokio::sync::watch::Receiver<bool>,
-) {
-    // Server metrics change with term, leader and membership only; the full metrics change on
-    // every append and apply, which woke this task several times per write.
-    let mut rx = node.raft.server_metrics();
-    loop {
-        {
-            let m = rx.borrow_watched();
-            let committed = &m.committed_membership_config;
-            if committed.membership().get_node(&node.id).is_some() {
-                was_member = true;
-            } else if was_member && committed.log_id().is_some() {
-                return;
-            }
-        }
-        tokio::select! {
-            r = rx.changed() => if r.is_err() { std::future::pending::<()>().await },
-            r = notice.wait_for(|r| *r) => if r.is_ok() { return } else { std::future::pending::<()>().await },
+        match self.node.transfer_leadership(target, REQUEST_TIMEOUT).await {
+            Ok(()) => Ok(()),
+            Err(ReconfigError::Timeout) => Err(ApiError::LeaderTransferTimeout),
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -11,49 +11,49 @@
 //! <data-dir>/member/sm/snap/     Raft snapshot files
 //! ```
 
-pub mod alarms;
-pub mod auth;
+pub(crate) mod alarms;
+pub(crate) mod auth;
 pub mod backup;
-pub mod client_cert;
+pub(crate) mod client_cert;
 mod client_dispatch;
-pub mod cluster;
+pub(crate) mod cluster;
 mod compactor;
 pub mod config;
 pub mod config_compat;
 pub mod config_env;
 pub mod config_file;
-pub mod config_gates;
-pub mod config_tls;
-pub mod context;
-pub mod corrupt;
+pub(crate) mod config_gates;
+pub(crate) mod config_tls;
+pub(crate) mod context;
+pub(crate) mod corrupt;
 mod defrag;
 mod downgrade;
-pub mod election;
-pub mod error;
-pub mod gateway;
-pub mod identity;
-pub mod kv;
+pub(crate) mod election;
+pub(crate) mod error;
+pub(crate) mod gateway;
+pub(crate) mod identity;
+pub(crate) mod kv;
 mod leader_duties;
-pub mod learner;
-pub mod lease;
-pub mod local_client;
-pub mod lock;
+pub(crate) mod learner;
+pub(crate) mod lease;
+pub(crate) mod local_client;
+pub(crate) mod lock;
 pub mod maintenance;
-pub mod membership;
-pub mod observe;
-pub mod oversize;
-pub mod quota;
+pub(crate) mod membership;
+pub(crate) mod observe;
+pub(crate) mod oversize;
+pub(crate) mod quota;
 mod reconfig_check;
 mod request_path;
 pub mod tls;
 pub mod version;
-pub mod watch_hub;
-pub mod watches;
+pub(crate) mod watch_hub;
+pub(crate) mod watches;
 
 mod serve;
 mod start;
 mod stop;
-pub mod wal_home;
+pub(crate) mod wal_home;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -72,12 +72,9 @@ pub enum ServerError {
     },
     #[error("cannot open data dir: {0}")]
     Storage(#[from] crate::raft::StoreError),
-    /// The flags give openraft settings it refuses.
-    #[error("raft: {0}")]
-    RaftConfig(#[from] openraft::ConfigError),
-    /// openraft could not start on the stored state.
-    #[error("raft: {0}")]
-    RaftStart(#[source] crate::raft::Fatal),
+    /// The flags give Raft settings it refuses, or Raft could not start on the stored state.
+    #[error(transparent)]
+    RaftStart(#[from] crate::raft::StartError),
     /// Raft stopped on its own, on a storage error (a WAL write or fsync, the state-machine
     /// database): the member exits rather than answer as if it could persist.
     #[error("raft: {0}")]

@@ -112,7 +112,7 @@ impl Quota {
         if self.available(cost) {
             return Ok(());
         }
-        if !node.sm.alarms().is_active(AlarmType::Nospace) {
+        if !node.alarms().is_active(AlarmType::Nospace) {
             let req = InternalRequest {
                 request: Some(internal_request::Request::Alarm(AlarmRequest {
                     action: AlarmAction::Activate as i32,

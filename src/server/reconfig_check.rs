@@ -21,10 +21,7 @@ pub(crate) struct Voter {
     pub active: bool,
 }
 
-/// A majority of `n` voters.
-pub(crate) fn quorum(n: usize) -> usize {
-    n / 2 + 1
-}
+pub(crate) use crate::raft::quorum;
 
 /// The check for `voters`, the voter set a change would make. `growing` is true when the
 /// change adds a voter.

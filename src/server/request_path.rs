@@ -102,10 +102,9 @@ pub async fn range(
     // or a user deleted through another member before the read index counts.
     let ai = caller.resolve(ctx).await?;
     ctx.node
-        .sm
         .auth()
         .check_op(ai.as_ref(), &r.key, &r.range_end, false)?;
-    Ok(ctx.node.sm.range(&r).await?.stamp(ctx))
+    Ok(ctx.node.range(&r).await?.stamp(ctx))
 }
 
 pub async fn put(
@@ -160,7 +159,7 @@ pub async fn compact(
         return Err(unexpected());
     };
     if let Some(rev) = physical {
-        ctx.node.sm.store().wait_physically_compacted(rev).await?;
+        ctx.node.store().wait_physically_compacted(rev).await?;
     }
     Ok(c.stamp(ctx))
 }

@@ -124,13 +124,13 @@ pub fn serve(
         max_txn_ops: cfg.max_txn_ops,
         reconfig,
         quota: Arc::new(super::quota::Quota::new(cfg.quota_backend_bytes, {
-            let sm = node.sm.clone();
-            move || sm.db_dir()
+            let node = node.clone();
+            move || node.db_dir()
         })),
         passwords: Arc::new(super::auth::Passwords::new(cfg.auth.bcrypt_cost)),
         jwt: cfg.auth.jwt.clone(),
     };
-    node.sm.auth().tokens.set_ttl(cfg.auth.token_ttl);
+    node.auth().tokens.set_ttl(cfg.auth.token_ttl);
     // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;

@@ -11,21 +11,18 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 
 use super::config::{ClusterState, Config};
 use super::identity::{self, Identity};
 use super::tls::material::Material;
 use super::ServerError;
-use crate::raft::commit_hold::CommitWaits;
 use crate::raft::links::Links;
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{Channels, NetworkFactory};
+use crate::raft::network::Channels;
 use crate::raft::state_machine::StateMachine;
-use crate::raft::{Member, Raft, RaftNode};
+use crate::raft::{Member, RaftNode, RaftSettings};
 
 /// A member's directory and who it is.
 pub struct MemberDir {
@@ -116,29 +113,15 @@ async fn bind_all(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, ServerError>
     Ok(out)
 }
 
-/// openraft's settings from the flags.
-fn raft_config(cfg: &Config) -> Result<openraft::Config, ServerError> {
-    openraft::Config {
+/// The Raft settings the flags give.
+fn raft_settings(cfg: &Config) -> RaftSettings {
+    RaftSettings {
         cluster_name: cfg.initial_cluster_token.clone(),
-        heartbeat_interval: cfg.heartbeat.as_millis() as u64,
-        // Campaign after [1.25E, 2E) of silence and grant votes after E, close to etcd's
-        // [E, 2E) and E: openraft first waits out a leader lease of `max`, then a random
-        // `min..max`. See docs/decisions/0003-election-timeout-range.md.
-        election_timeout_min: cfg.election_timeout.as_millis() as u64 / 4,
-        election_timeout_max: cfg.election_timeout.as_millis() as u64,
-        enable_pre_vote: Some(true),
-        // A restarted leader must win a new election: it replicates before its own fsync, so
-        // after kill -9 it may lack entries its followers hold, and resuming its old term
-        // could write different entries at the same (term, index).
-        // See docs/decisions/0005-no-leader-restore.md.
-        enable_leader_restore: Some(false),
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_count),
-        max_in_snapshot_log_to_keep: cfg.snapshot_catchup_entries,
-        install_snapshot_timeout: 10_000,
-        ..Default::default()
+        heartbeat: cfg.heartbeat,
+        election_timeout: cfg.election_timeout,
+        snapshot_count: cfg.snapshot_count,
+        snapshot_catchup_entries: cfg.snapshot_catchup_entries,
     }
-    .validate()
-    .map_err(ServerError::RaftConfig)
 }
 
 /// Opens the log and the state machine and starts Raft on them. A member of a new cluster
@@ -167,46 +150,24 @@ pub async fn start_raft(
     if cfg.initial_corrupt_check && !member.fresh && !cfg.force_new_cluster {
         super::corrupt::initial_check(&sm, &member.channels, member.ident.member_id).await?;
     }
-    let commit_waits = CommitWaits::default();
-    let network = NetworkFactory {
-        channels: member.channels.clone(),
-        links: links.clone(),
-        commit_waits: commit_waits.clone(),
-    };
-    let raft = Raft::new(
+    let node = RaftNode::start(
         member.ident.member_id,
-        Arc::new(raft_config(cfg)?),
-        network,
-        log.clone(),
-        sm.clone(),
-    )
-    .await
-    .map_err(ServerError::RaftStart)?;
-    crate::raft::in_place::track_role(&raft, log.following());
-    let node = RaftNode {
-        id: member.ident.member_id,
-        raft: raft.clone(),
-        sm,
+        &raft_settings(cfg),
         log,
-        channels: member.channels.clone(),
-        leader_contact: Arc::new(std::sync::Mutex::new(std::time::Instant::now())),
-        election_timeout: cfg.election_timeout,
-        reads: Default::default(),
-        commit_waits,
-        forwarder: crate::raft::forward_batch::Forwarder::new(member.channels.clone()),
-        formats: Default::default(),
-    };
+        sm,
+        &member.channels,
+        links,
+    )
+    .await?;
     if member.fresh && cfg.initial_cluster_state == ClusterState::New {
-        initialize(raft, &member.ident);
+        node.initialize(initial_members(&member.ident));
     }
     Ok(node)
 }
 
-/// Proposes the bootstrap configuration, without waiting: openraft answers only once the
-/// first entry is flushed, and this member's peer server must be up meanwhile for the other
-/// members to reach it.
-fn initialize(raft: Raft, ident: &Identity) {
-    let members: BTreeMap<u64, Member> = ident
+/// The bootstrap configuration of a new cluster.
+fn initial_members(ident: &Identity) -> BTreeMap<u64, Member> {
+    ident
         .initial_members
         .iter()
         .map(|(id, urls)| {
@@ -217,12 +178,5 @@ fn initialize(raft: Raft, ident: &Identity) {
                 },
             )
         })
-        .collect();
-    tokio::spawn(async move {
-        if let Err(e) = raft.initialize(members).await {
-            // Every member of a new cluster initializes with the same config; a member that
-            // already heard from a leader refuses, which is fine.
-            tracing::debug!("initialize: {e}");
-        }
-    });
+        .collect()
 }

@@ -25,7 +25,7 @@ use tokio::sync::{broadcast, watch};
 use super::context::ServerCtx;
 use crate::mvcc::MvccError;
 use crate::proto::mvccpb::Event;
-use crate::raft::state_machine::StateMachine;
+use crate::raft::RaftNode;
 
 /// Batches kept for streams that are behind.
 pub const HUB_BUFFER: usize = 256;
@@ -68,17 +68,17 @@ impl Hub {
     /// Starts the hub task; it ends when the store's revision channel closes or the hub is
     /// dropped.
     pub fn start(ctx: &ServerCtx) -> Arc<Hub> {
-        let sm = ctx.node.sm.clone();
-        let revision = ctx.node.sm.revision();
+        let node = ctx.node.clone();
+        let revision = ctx.node.watch_revision();
         let (tx, _) = broadcast::channel(HUB_BUFFER);
         let hub = Arc::new(Hub {
             state: Mutex::new(State {
-                frontier: sm.store().current_revision() + 1,
+                frontier: node.store().current_revision() + 1,
                 tx: Some(tx),
             }),
             prev_kv_watchers: AtomicUsize::new(0),
         });
-        tokio::spawn(run(Arc::downgrade(&hub), sm, revision));
+        tokio::spawn(run(Arc::downgrade(&hub), node, revision));
         hub
     }
 
@@ -113,17 +113,17 @@ impl Hub {
     }
 }
 
-async fn run(hub: Weak<Hub>, sm: StateMachine, mut revision: watch::Receiver<i64>) {
+async fn run(hub: Weak<Hub>, node: RaftNode, mut revision: watch::Receiver<i64>) {
     loop {
         if revision.changed().await.is_err() {
             break;
         }
         let Some(hub) = hub.upgrade() else { return };
-        let cur = sm.store().current_revision();
+        let cur = node.store().current_revision();
         let mut from = hub.frontier();
         while from <= cur {
             let prev_kv = hub.prev_kv_watchers.load(Ordering::Relaxed) > 0;
-            let batch = match sm.events_since(from, &[0], &[0], prev_kv, HUB_READ).await {
+            let batch = match node.events_since(from, &[0], &[0], prev_kv, HUB_READ).await {
                 // Never past `cur`: revisions applied since are the next pass's.
                 Ok(read) => Batch {
                     from,

@@ -132,7 +132,7 @@ impl Watch for WatchService {
             batches: Some(batches),
             next_auto_id: 0,
             deferred_progress: false,
-            auth_revision: self.ctx.node.sm.auth().watch_revision(),
+            auth_revision: self.ctx.node.auth().watch_revision(),
         };
         tokio::spawn(stream.run(req.into_inner(), self.progress_interval, require_leader));
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -440,7 +440,7 @@ impl WatchStream {
     /// refused (same cancel reason); watchers without a creator take the stream's identity.
     async fn recheck_auth(&mut self) -> Result<(), Gone> {
         self.auth_revision.borrow_and_update();
-        if !self.ctx.node.sm.auth().is_enabled() {
+        if !self.ctx.node.auth().is_enabled() {
             return Ok(());
         }
         let stream_user = if self.watchers.values().any(|w| w.user.is_none()) {
@@ -451,7 +451,7 @@ impl WatchStream {
         } else {
             None
         };
-        let auth = self.ctx.node.sm.auth();
+        let auth = self.ctx.node.auth();
         let mut refused = Vec::new();
         for (id, w) in self.watchers.iter_mut() {
             if w.user.is_none() {
@@ -495,7 +495,7 @@ impl WatchStream {
         let (permitted, user) = match self.ctx.auth_info(&self.md, &self.ext).await {
             Ok(ai) => {
                 let ai = ai.unwrap_or_default();
-                let auth = self.ctx.node.sm.auth();
+                let auth = self.ctx.node.auth();
                 let permitted = auth.check_op(Some(&ai), &key, &c.range_end, false).is_ok();
                 let user = auth.is_enabled().then_some(ai.username);
                 (permitted, user)
@@ -677,7 +677,7 @@ impl WatchStream {
     /// next batch of events from the store; one that reaches the frontier joins the synced
     /// set. Returns whether some watcher is still behind.
     async fn sync(&mut self) -> Result<bool, Gone> {
-        let mvcc = self.ctx.node.sm.store().clone();
+        let mvcc = self.ctx.node.store().clone();
         let ids: Vec<i64> = self
             .unsynced
             .iter()
@@ -699,7 +699,6 @@ impl WatchStream {
             let read = self
                 .ctx
                 .node
-                .sm
                 .events_since(w.next, &w.key, &w.range_end, prev_kv, EVENTS_PER_READ)
                 .await;
             match read {

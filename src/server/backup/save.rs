@@ -7,7 +7,7 @@ use crate::auth::etcd_buckets;
 use crate::auth::META_AUTH_PREFIX;
 use crate::bbolt::Writer;
 use crate::mvcc::etcd_format::{compact_mark, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
-use crate::raft::state_machine::StateMachine;
+use crate::raft::RaftNode;
 
 use super::BackupError;
 
@@ -26,10 +26,10 @@ pub struct Saved {
 /// database's first write transaction has this one.
 const TXID: u64 = 2;
 
-/// Writes a consistent image of `sm` as an etcd database at `path` (created or truncated,
+/// Writes a consistent image of `node`'s applied state as an etcd database at `path` (created or truncated,
 /// fsynced). Blocking: call it off the async runtime.
-pub fn save(sm: &StateMachine, path: &Path) -> Result<Saved, BackupError> {
-    let img = sm.backup_image()?;
+pub fn save(node: &RaftNode, path: &Path) -> Result<Saved, BackupError> {
+    let img = node.backup_image()?;
     let applied = img.applied;
     let membership = img.membership.membership().clone();
     let image = img.image;
@@ -58,12 +58,12 @@ pub fn save(sm: &StateMachine, path: &Path) -> Result<Saved, BackupError> {
     // etcd's own members (JSON as its backend stores them); a restore replaces them.
     w.bucket(b"members")?;
     let learners: std::collections::BTreeSet<u64> = membership.learner_ids().collect();
-    for (id, node) in membership.nodes() {
-        let mut m = serde_json::json!({ "id": id, "peerURLs": node.peer_urls });
+    for (id, member) in membership.nodes() {
+        let mut m = serde_json::json!({ "id": id, "peerURLs": member.peer_urls });
         if learners.contains(id) {
             m["isLearner"] = true.into();
         }
-        if let Ok(Some(a)) = sm.member_attrs(*id) {
+        if let Ok(Some(a)) = node.member_attrs(*id) {
             if !a.name.is_empty() {
                 m["name"] = a.name.into();
             }

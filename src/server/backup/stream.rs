@@ -16,7 +16,7 @@ use tonic::Status;
 
 use crate::proto::etcdserverpb::{ResponseHeader, SnapshotResponse};
 use crate::raft::background;
-use crate::raft::state_machine::StateMachine;
+use crate::raft::RaftNode;
 use crate::server::error::ApiError;
 
 use super::save;
@@ -47,10 +47,10 @@ pub fn clean(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Saves a backup of `sm` under `dir` and streams it. `header` gives the response header for
+/// Saves a backup of `node`'s applied state under `dir` and streams it. `header` gives the response header for
 /// the backup's revision (sent with the first message, as etcd 3.5 does).
 pub async fn snapshot(
-    sm: StateMachine,
+    node: RaftNode,
     dir: PathBuf,
     header: impl FnOnce(i64) -> Option<ResponseHeader>,
 ) -> Result<SnapshotStream, Status> {
@@ -64,7 +64,7 @@ pub async fn snapshot(
     // At a low priority, as Raft snapshots are copied: the member's own work comes first.
     let saved = background::run("backup", move || {
         std::fs::create_dir_all(&dir)?;
-        save(&sm, &path).map_err(std::io::Error::other)
+        save(&node, &path).map_err(std::io::Error::other)
     })
     .await
     .map_err(|e| Status::from(ApiError::Internal(format!("snapshot task: {e}"))))?

@@ -3,8 +3,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use openraft::async_runtime::WatchReceiver;
-
 use crate::metrics::{
     grpc_table, HistogramSnapshot, TextWriter, BACKEND_COMMIT, COMPACTION_KEYS, FORWARDED_WRITES,
     FORWARD_CALLS, PROPOSALS_FAILED, PROPOSALS_PENDING,
@@ -35,17 +33,17 @@ impl Scrape {
     pub async fn watch_leader(self) {
         // The server metrics change with the vote, role, leader and membership only; the full
         // metrics would wake this task on every append and apply.
-        let mut rx = self.node.raft.server_metrics();
+        let mut rx = self.node.watch_leadership();
         let mut last = None;
         loop {
-            let leader = rx.borrow_watched().current_leader;
+            let leader = rx.leader();
             if leader.is_some() && leader != last {
                 self.leader_changes.fetch_add(1, Ordering::Relaxed);
             }
             if leader.is_some() {
                 last = leader;
             }
-            if rx.changed().await.is_err() {
+            if !rx.changed().await {
                 return;
             }
         }
@@ -75,19 +73,19 @@ pub fn render(s: &Scrape) -> String {
         "kvd_cluster_log_format",
         "The log format the cluster's members have agreed on (entries of a newer format are \
          refused until every member applies it).",
-        f64::from(s.node.sm.cluster_format()),
+        f64::from(s.node.cluster_format()),
     );
     w.gauge(
         "kvd_apply_stopped",
         "1 if this member stopped applying at a committed entry its build cannot apply (it \
          must be restarted on a newer kvd), else 0.",
-        if s.node.sm.needs_upgrade().is_some() {
+        if s.node.needs_upgrade().is_some() {
             1.0
         } else {
             0.0
         },
     );
-    let wal = s.node.log.wal().stats();
+    let wal = s.node.wal_stats();
     w.histogram(
         "etcd_disk_wal_fsync_duration_seconds",
         "The latency distributions of fsync called by WAL.",
@@ -114,14 +112,8 @@ pub fn render(s: &Scrape) -> String {
     );
 
     let (committed, applied, leader, term) = {
-        let m = s.node.raft.metrics();
-        let m = m.borrow_watched();
-        (
-            m.local_committed.map_or(0, |l| l.index),
-            m.last_applied.map_or(0, |l| l.index),
-            m.current_leader,
-            m.current_term,
-        )
+        let st = s.node.status();
+        (st.committed, st.applied, st.leader, st.term)
     };
     let has_leader = s.node.has_leader();
     w.counter(
@@ -178,7 +170,7 @@ pub fn render(s: &Scrape) -> String {
         "etcd_mvcc_db_total_size_in_bytes",
         "Total size of the underlying database physically allocated in bytes.",
         // The current engine generation (defragmentation moves it).
-        crate::server::maintenance::dir_size(&s.node.sm.db_dir()) as f64,
+        crate::server::maintenance::dir_size(&s.node.db_dir()) as f64,
     );
     use crate::metrics::{
         PEER_SENT_FAILURES, SNAPSHOT_RECEIVE_FAILURES, SNAPSHOT_RECEIVE_SUCCESS,

@@ -76,7 +76,7 @@ impl Check {
     pub async fn run(self, node: &RaftNode) -> Result<(), String> {
         match self {
             Check::DataCorruption => {
-                if node.sm.alarms().is_active(AlarmType::Corrupt) {
+                if node.alarms().is_active(AlarmType::Corrupt) {
                     Err("alarm activated: CORRUPT".into())
                 } else {
                     Ok(())
@@ -115,8 +115,7 @@ async fn read(node: &RaftNode, serializable: bool, limit: Option<Duration>) -> R
         serializable,
         ..Default::default()
     };
-    node.sm
-        .range(&req)
+    node.range(&req)
         .await
         .map(drop)
         .map_err(|e| ApiError::from(e).to_string())
@@ -195,7 +194,7 @@ pub async fn health_check(
     excluded: &BTreeSet<String>,
     serializable: bool,
 ) -> Result<(), String> {
-    for a in node.sm.alarms().get(AlarmType::None as i32) {
+    for a in node.alarms().get(AlarmType::None as i32) {
         let name = AlarmType::try_from(a.alarm).map_or("UNKNOWN", |t| t.as_str_name());
         if !excluded.contains(name) {
             return Err(format!("alarm {name} is active"));

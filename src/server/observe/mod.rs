@@ -14,5 +14,5 @@ mod collect;
 mod endpoint;
 pub mod health;
 
-pub use collect::{render, Scrape};
-pub use endpoint::{metrics_router, router, serve};
+pub use collect::Scrape;
+pub use endpoint::{metrics_router, serve};

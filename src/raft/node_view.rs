@@ -1,0 +1,285 @@
+//! What the server may see of a member's Raft node and its replicated state, and the few
+//! things it may ask of them besides proposing and reading (`node.rs`) and changing the
+//! membership (`reconfigure.rs`): the state machine's stores, Raft's status without
+//! openraft's types, a watch on leadership, and the steps of a stop.
+//!
+//! Invariants:
+//! - Nothing here hands out openraft's types or the node's fields: the server names what it
+//!   needs, so the node's insides can change without touching the server.
+//! - The stores handed out (`auth`, `store`, `alarms`, `lessor`) are the applied state of this
+//!   member; writes to them happen only by apply (and, for the lessor, by the leader's lease
+//!   duties), never through these handles' callers.
+
+use std::path::PathBuf;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::metrics::RaftServerMetrics;
+use openraft::type_config::alias::WatchReceiverOf;
+use openraft::ServerState;
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+use super::alarm_set::AlarmSet;
+use super::backup::BackupImage;
+use super::error::StoreError;
+use super::lessor::Lessor;
+use super::state_machine::Defragmented;
+use super::state_machine::MemberAttrs;
+use super::types::{Fatal, Member, Membership, NodeId, TypeConfig};
+use super::RaftNode;
+use crate::auth::AuthStore;
+use crate::mvcc::{Events, MvccError, MvccStore};
+use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
+use crate::proto::kvdpb::peer_client::PeerClient;
+use crate::wal::WalStats;
+
+/// This member's role in Raft.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Candidate,
+    Follower,
+    Learner,
+    /// Raft has stopped.
+    Shutdown,
+}
+
+impl From<ServerState> for Role {
+    fn from(s: ServerState) -> Role {
+        match s {
+            ServerState::Leader => Role::Leader,
+            ServerState::Candidate => Role::Candidate,
+            ServerState::Follower => Role::Follower,
+            ServerState::Learner => Role::Learner,
+            ServerState::Shutdown => Role::Shutdown,
+        }
+    }
+}
+
+/// A copy of Raft's state at one moment.
+#[derive(Clone, Debug)]
+pub struct RaftStatus {
+    pub role: Role,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    /// The last log index this member knows committed.
+    pub committed: u64,
+    pub applied: u64,
+    pub last_log_index: u64,
+    /// The configuration this member holds (the newest in its log, committed or not).
+    pub membership: Membership,
+}
+
+impl RaftStatus {
+    pub fn is_voter(&self, id: NodeId) -> bool {
+        self.membership.voter_ids().any(|v| v == id)
+    }
+}
+
+/// Leadership as it changes: role, term, leader and membership only (openraft's server
+/// metrics), so a waiter is not woken by every append and apply.
+pub struct LeadershipWatch {
+    id: NodeId,
+    rx: WatchReceiverOf<TypeConfig, RaftServerMetrics<TypeConfig>>,
+}
+
+impl LeadershipWatch {
+    pub fn leader(&self) -> Option<NodeId> {
+        self.rx.borrow_watched().current_leader
+    }
+
+    /// Whether this member is the leader (role and leader id agree).
+    pub fn leading(&self) -> bool {
+        let m = self.rx.borrow_watched();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
+    }
+
+    /// Whether the newest committed configuration names `id`, and whether there is one.
+    pub fn committed_has(&self, id: NodeId) -> (bool, bool) {
+        let m = self.rx.borrow_watched();
+        let c = &m.committed_membership_config;
+        (c.membership().get_node(&id).is_some(), c.log_id().is_some())
+    }
+
+    /// The newest committed configuration.
+    pub fn committed_membership(&self) -> Membership {
+        self.rx
+            .borrow_watched()
+            .committed_membership_config
+            .membership()
+            .clone()
+    }
+
+    /// Waits for the next change; false once Raft has stopped.
+    pub async fn changed(&mut self) -> bool {
+        self.rx.changed().await.is_ok()
+    }
+}
+
+impl RaftNode {
+    /// The auth store as this member has applied it.
+    pub fn auth(&self) -> &AuthStore {
+        self.sm.auth()
+    }
+
+    /// The MVCC store as this member has applied it.
+    pub fn store(&self) -> &MvccStore {
+        self.sm.store()
+    }
+
+    pub fn alarms(&self) -> &AlarmSet {
+        self.sm.alarms()
+    }
+
+    /// The leases; primary (answering keep-alives and expiring) only on the leader.
+    pub fn lessor(&self) -> &Lessor {
+        self.sm.lessor()
+    }
+
+    /// A range over the applied store, serializable: a linearizable read takes
+    /// [`RaftNode::read_barrier`] first.
+    pub async fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        self.sm.range(req).await
+    }
+
+    /// The leases the applied state holds, with their TTLs.
+    pub async fn leases(&self) -> Result<Vec<(i64, i64)>, MvccError> {
+        self.sm.leases().await
+    }
+
+    /// Waits until this member has applied `index`.
+    pub async fn wait_applied(&self, index: u64) {
+        self.sm.wait_applied(index).await
+    }
+
+    /// The store revision, updated after every applied batch.
+    pub fn watch_revision(&self) -> watch::Receiver<i64> {
+        self.sm.revision()
+    }
+
+    /// Events of the applied history (see `StateMachine::events_since`).
+    pub async fn events_since(
+        &self,
+        start_rev: i64,
+        key: &[u8],
+        range_end: &[u8],
+        prev_kv: bool,
+        limit: usize,
+    ) -> Result<Events, MvccError> {
+        self.sm
+            .events_since(start_rev, key, range_end, prev_kv, limit)
+            .await
+    }
+
+    /// Why this member stopped applying (it needs a newer kvd), if it did.
+    pub fn needs_upgrade(&self) -> Option<&str> {
+        self.sm.needs_upgrade()
+    }
+
+    /// The cluster's log format as this member has applied it.
+    pub fn cluster_format(&self) -> u32 {
+        self.sm.cluster_format()
+    }
+
+    /// The directory of the engine generation in use.
+    pub fn db_dir(&self) -> PathBuf {
+        self.sm.db_dir()
+    }
+
+    /// A member's published name and client URLs; `None` until it has started.
+    pub fn member_attrs(&self, id: NodeId) -> Result<Option<MemberAttrs>, StoreError> {
+        self.sm.member_attrs(id)
+    }
+
+    /// The configuration the state machine has applied (what a restart starts from).
+    pub fn applied_membership(&self) -> Result<Membership, StoreError> {
+        Ok(self.sm.membership()?.membership().clone())
+    }
+
+    /// An image of the applied state for a backup.
+    pub fn backup_image(&self) -> Result<BackupImage, StoreError> {
+        self.sm.backup_image()
+    }
+
+    /// Defragments the engine (see `StateMachine::defragment`).
+    pub async fn defragment(&self) -> Result<Defragmented, StoreError> {
+        self.sm.defragment().await
+    }
+
+    pub fn wal_stats(&self) -> WalStats {
+        self.log.wal().stats()
+    }
+
+    /// The durations of the WAL's most recent fsyncs (for Status's slow-disk warning).
+    pub fn recent_fsyncs(&self) -> crate::metrics::RecentSummary {
+        self.log.wal().recent_fsyncs()
+    }
+
+    /// A client of a peer's peer-protocol service.
+    pub fn peer(&self, member: &Member) -> Result<PeerClient<Channel>, String> {
+        self.channels.peer(member)
+    }
+
+    /// Whether this member can dial `url` (https needs peer TLS here).
+    pub fn can_dial(&self, url: &str) -> bool {
+        self.channels.can_dial(url)
+    }
+
+    /// Raft's state now.
+    pub fn status(&self) -> RaftStatus {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        RaftStatus {
+            role: m.state.into(),
+            leader: m.current_leader,
+            term: m.current_term,
+            committed: m.local_committed.map_or(0, |l| l.index),
+            applied: m.last_applied.map_or(0, |l| l.index),
+            last_log_index: m.last_log_index.unwrap_or(0),
+            membership: m.membership_config.membership().clone(),
+        }
+    }
+
+    /// Whether this member leads now.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow_watched().current_leader == Some(self.id)
+    }
+
+    pub fn watch_leadership(&self) -> LeadershipWatch {
+        LeadershipWatch {
+            id: self.id,
+            rx: self.raft.server_metrics(),
+        }
+    }
+
+    /// Resolves when Raft stops without being asked to: openraft stops on a storage error (a
+    /// WAL write or fsync, the state-machine database), and a member that cannot persist must
+    /// not keep answering as if it could.
+    pub async fn stopped(&self) -> Fatal {
+        // The sender lives in openraft's core task: `changed` fails once the core has ended.
+        let mut rx = self.raft.server_metrics();
+        while rx.changed().await.is_ok() {}
+        match &self.raft.metrics().borrow_watched().running_state {
+            Err(e) => e.clone(),
+            Ok(()) => Fatal::Stopped,
+        }
+    }
+
+    /// Stops applying and stops Raft. Safe to call more than once.
+    pub async fn stop_raft(&self) {
+        // An apply that stopped before an entry it cannot apply waits until the close.
+        self.sm.close();
+        let _ = self.raft.shutdown().await;
+    }
+
+    /// After [`Self::stop_raft`]: writes what a restart reads first, the committed index and
+    /// the applied state. Failures are logged; the WAL still holds everything.
+    pub async fn persist_on_stop(&self) {
+        if let Err(e) = self.log.flush_committed().await {
+            tracing::warn!("could not persist the committed index: {e}");
+        }
+        if let Err(e) = self.sm.store().flush() {
+            tracing::warn!("could not write applied state to the state-machine database: {e}");
+        }
+    }
+}
