@@ -1,4 +1,4 @@
-//! Thousands of idle or half-open client connections (issue 17, bad input): the member keeps
+//! Thousands of idle or half-open client connections: the member keeps
 //! serving other clients promptly and its memory stays bounded, while they are open and after
 //! they go away.
 

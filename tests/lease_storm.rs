@@ -215,7 +215,7 @@ async fn lease_storm_is_paced() {
     assert_eq!(log.matches("revoking expired lease").count(), 0, "{log}");
 }
 
-/// The storm of issue 17: 100,000 leases of 30 s, 10,000 holding a key.
+/// The lease storm: 100,000 leases of 30 s, 10,000 holding a key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "100,000 leases: minutes; run by benches/compare/lease_storm.sh"]
 async fn lease_storm_full() {

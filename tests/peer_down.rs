@@ -1,5 +1,5 @@
 //! A member that is down must cost the leader next to nothing: bounded CPU and log volume
-//! while it stays down, and a quick catch-up once it is back (issue 17).
+//! while it stays down, and a quick catch-up once it is back.
 
 mod common;
 

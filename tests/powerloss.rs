@@ -1,4 +1,4 @@
-//! Whole-node power loss, in process (issue 7): three members, each the real `server::run`
+//! Whole-node power loss, in process: three members, each the real `server::run`
 //! (real gRPC sockets between them and to the clients) on its own thread and tokio runtime,
 //! with its WAL on its own [`SimFs`]. Clients write unique keys through every member; at a
 //! seeded random failpoint (the n-th WAL write, fsync, create, rename or unlink of one member)

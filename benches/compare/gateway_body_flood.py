@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An endless chunked body into the JSON gateway (issue 45, finding 3), against a running
+"""An endless chunked body into the JSON gateway, against a running
 server: one HTTP/1.1 connection posts to /v3/watch (no token needed) a JSON message that never
 ends, in 64 KiB chunks as fast as the server takes them, for at most SECS seconds. Reports when
 the server answered or closed the connection, how much it had taken by then, its CPU time and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lease revokes on a member holding many keys (issue 45, finding 4), one member of each system
+# Lease revokes on a member holding many keys, one member of each system
 # side by side: KEYS keys of VAL bytes (no lease), then while a steady writer puts at RATE/s
 # (its latencies summarised by kvbench), REVOKES grant+revoke pairs of leases with no keys
 # through etcdctl, timed. A baseline writer run without revokes comes first, so the writer's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lease storm (issue 17), kvd and etcd 3.4 side by side: 100,000 leases of 30 s, 10,000
+# Lease storm, kvd and etcd 3.4 side by side: 100,000 leases of 30 s, 10,000
 # holding a key, granted through the leader, expire together while another client puts one
 # key at a time. The client is the ignored test `lease_storm_full` (tests/lease_storm.rs)
 # pointed at each cluster's leader; it prints the worst put latency during the storm and the

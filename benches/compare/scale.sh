@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Memory and scale, side by side (issue 20): for each size N in SIZES, a fresh 3-member
+# Memory and scale, side by side: for each size N in SIZES, a fresh 3-member
 # cluster of etcd and of kvd in turn gets N puts of VAL-byte values over N random keys of
-# 16 bytes (64 clients; about 0.63 N distinct keys, as in issue 20's table). Then, per system:
+# 16 bytes (64 clients; about 0.63 N distinct keys, as in docs/benchmarks.md's memory tables). Then, per system:
 #   load_qps       the load's throughput
 #   rss_load       each member's RSS (MiB) SETTLE seconds after the load
 #   disk           each member's data dir (MiB)

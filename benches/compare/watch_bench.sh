@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many-watchers benchmark (issue 4): on ONE member of a 3-member cluster, put throughput at
+# Many-watchers benchmark: on ONE member of a 3-member cluster, put throughput at
 # 64 clients with no watchers, then with WATCHERS watchers (plus one stalled stream whose
 # client never reads) on the keys being written; the watchers' event latency; and the
 # member's RSS before/after opening the watches. Runs kvd and etcd 3.4 side by side,

@@ -6,7 +6,7 @@
 //! mimalloc's own defaults).
 //!
 //! Transparent huge pages are off by default: with them a member loaded with 300,000 values
-//! of 1 KiB held 50-250 MiB more (docs/benchmarks.md, "Memory (issue 20)").
+//! of 1 KiB held 50-250 MiB more (docs/benchmarks.md, "Memory").
 //! `MIMALLOC_ALLOW_THP=1` turns them back on.
 
 use std::ffi::{c_int, c_long};

@@ -124,7 +124,7 @@ pub struct Flags {
     #[arg(long, env = "KVD_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
-    // Quota, alarms and corruption checks (issue 18)
+    // Quota, alarms and corruption checks
     /// Raise a NOSPACE alarm when the backend database would exceed this many bytes (0: etcd's
     /// default of 2 GiB; negative: no quota).
     #[arg(
@@ -151,7 +151,7 @@ pub struct Flags {
         default_value = "0s"
     )]
     pub experimental_corrupt_check_time: String,
-    // Compaction, defragment and force-new-cluster (issue 18)
+    // Compaction, defragment and force-new-cluster
     /// Interpret --auto-compaction-retention as 'periodic' (a duration) or 'revision' (a count).
     #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", default_value = "periodic")]
     pub auto_compaction_mode: String,
@@ -170,7 +170,7 @@ pub struct Flags {
     )]
     pub force_new_cluster: bool,
 
-    // Memory budget (issue 20)
+    // Memory budget
     /// Bytes of decoded pages the storage engine keeps in memory (kvd only; etcd's bbolt
     /// relies on the OS page cache). Pages beyond it are read back from the data files.
     #[arg(
@@ -188,7 +188,7 @@ pub struct Flags {
         default_value_t = crate::raft::limits::LOG_CACHE_BYTES as u64
     )]
     pub experimental_raft_log_cache_bytes: u64,
-    // Authentication (issue 19)
+    // Authentication
     /// Auth token kind: `simple`, or `jwt,pub-key=...,priv-key=...,sign-method=RS256[,ttl=5m]`.
     #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
     pub auth_token: String,
@@ -199,10 +199,10 @@ pub struct Flags {
     #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
     pub bcrypt_cost: u32,
 
-    // TLS for clients and peers (issue 19): see config_tls.rs.
+    // TLS for clients and peers: see config_tls.rs.
     #[command(flatten)]
     pub tls: super::config_tls::TlsFlags,
-    // kubeadm's etcd command line and etcd 3.6's names (issue 19)
+    // kubeadm's etcd command line and etcd 3.6's names
     /// etcd 3.6's feature gates, Name=bool,... (InitialCorruptCheck is
     /// --experimental-initial-corrupt-check; etcd's other gates have no effect in kvd).
     #[arg(long, env = "ETCD_FEATURE_GATES", default_value = "")]
@@ -215,7 +215,7 @@ pub struct Flags {
     pub snapshot_catchup_entries: Option<u64>,
 }
 
-// kubeadm's etcd command line (issue 19)
+// kubeadm's etcd command line
 /// kvd's whole command line: [`Flags`] and the etcd flags accepted without effect
 /// ([`super::config_compat`]). Parse with this, then read [`Flags`] from the matches.
 pub fn command() -> clap::Command {
@@ -223,7 +223,7 @@ pub fn command() -> clap::Command {
     Flags::command().args(super::config_compat::args())
 }
 
-// Quota, alarms and corruption checks (issue 18)
+// Quota, alarms and corruption checks
 /// etcd's default backend quota (`DefaultQuotaBytes`), used for `--quota-backend-bytes 0`.
 pub const DEFAULT_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// Above this quota etcd warns that performance may degrade (`MaxQuotaBytes`).
@@ -265,7 +265,7 @@ pub struct Config {
     pub watch_progress_notify_interval: Duration,
     /// Async worker threads (resolved: never 0). See [`default_worker_threads`].
     pub worker_threads: usize,
-    // Quota, alarms and corruption checks (issue 18)
+    // Quota, alarms and corruption checks
     /// The backend quota in bytes (0 resolved to etcd's 2 GiB default); `None`: no quota.
     pub quota_backend_bytes: Option<u64>,
     /// Check HashKV against the peers before serving clients.
@@ -276,29 +276,29 @@ pub struct Config {
     /// in-process power-loss tests put a simulated file system here.
     pub wal: crate::wal::WalBackend,
 
-    // Compaction, defragment and force-new-cluster (issue 18)
+    // Compaction, defragment and force-new-cluster
     /// `--auto-compaction-*`; `None` when the retention is 0 (off, etcd's default).
     pub auto_compaction: Option<AutoCompaction>,
     /// `--force-new-cluster`: start as the only voter of this member's cluster.
     pub force_new_cluster: bool,
 
-    // TLS for clients and peers (issue 19)
+    // TLS for clients and peers
     /// Certificates, versions and which listeners speak TLS.
     pub tls: super::config_tls::TlsConfig,
-    // kubeadm's etcd command line (issue 19)
+    // kubeadm's etcd command line
     /// Settings accepted without effect (etcd feature gates kvd does not have) or deprecated
     /// (`--debug`), one message each, for the binary to log once at start.
     pub without_effect: Vec<String>,
-    // Memory budget (issue 20)
+    // Memory budget
     /// How the storage engine is opened (`--experimental-backend-cache-bytes`).
     pub engine: crate::mvcc::EngineOptions,
     /// `--experimental-raft-log-cache-bytes`.
     pub raft_log_cache_bytes: usize,
-    // Authentication (issue 19)
+    // Authentication
     pub auth: AuthConfig,
 }
 
-// Authentication (issue 19)
+// Authentication
 /// `--auth-token`, `--auth-token-ttl`, `--bcrypt-cost`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthConfig {
@@ -346,7 +346,7 @@ impl AuthConfig {
     }
 }
 
-// Compaction, defragment and force-new-cluster (issue 18)
+// Compaction, defragment and force-new-cluster
 /// What `--auto-compaction-mode` and `--auto-compaction-retention` ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AutoCompaction {
@@ -626,7 +626,7 @@ impl Flags {
         let listen_metrics = if self.listen_metrics_urls.trim().is_empty() {
             Vec::new()
         } else {
-            // kubeadm's etcd command line (issue 19): kubeadm's metrics URL is plain http.
+            // kubeadm's etcd command line: kubeadm's metrics URL is plain http.
             if let Some(u) = self
                 .listen_metrics_urls
                 .split(',')
@@ -663,7 +663,7 @@ impl Flags {
             self.initial_cluster.as_deref(),
             &advertise_peer_urls,
         )?;
-        // TLS for clients and peers (issue 19)
+        // TLS for clients and peers
         let tls = self.tls.validate(
             &listen_client_urls,
             &listen_peer_urls,
@@ -694,7 +694,7 @@ impl Flags {
         if watch_progress_notify_interval.is_zero() {
             return err("--watch-progress-notify-interval must be positive");
         }
-        // kubeadm's etcd command line (issue 19)
+        // kubeadm's etcd command line
         let gates = super::config_gates::parse(&self.feature_gates)?;
         let initial_corrupt_check = match (
             self.experimental_initial_corrupt_check,
@@ -717,7 +717,7 @@ impl Flags {
                 &self.experimental_corrupt_check_time,
             )?,
         };
-        // Memory budget (issue 20)
+        // Memory budget
         if self.experimental_backend_cache_bytes < crate::mvcc::EngineOptions::MIN_CACHE_BYTES {
             return err(format!(
                 "--experimental-backend-cache-bytes must be at least {}",
@@ -757,7 +757,7 @@ impl Flags {
                 0 => default_worker_threads(),
                 n => n,
             },
-            // Quota, alarms and corruption checks (issue 18)
+            // Quota, alarms and corruption checks
             quota_backend_bytes: match self.quota_backend_bytes {
                 q if q < 0 => None,
                 0 => Some(DEFAULT_QUOTA_BYTES),
@@ -766,7 +766,7 @@ impl Flags {
             initial_corrupt_check,
             corrupt_check_time,
             wal: Default::default(),
-            // Compaction, defragment and force-new-cluster (issue 18)
+            // Compaction, defragment and force-new-cluster
             auto_compaction: AutoCompaction::parse(
                 &self.auto_compaction_mode,
                 &self.auto_compaction_retention,
@@ -783,13 +783,13 @@ impl Flags {
                 }
                 w
             },
-            // Memory budget (issue 20)
+            // Memory budget
             engine: crate::mvcc::EngineOptions {
                 cache_bytes: self.experimental_backend_cache_bytes,
             },
             raft_log_cache_bytes: usize::try_from(self.experimental_raft_log_cache_bytes)
                 .unwrap_or(usize::MAX),
-            // Authentication (issue 19)
+            // Authentication
             auth: AuthConfig::parse(&self.auth_token, self.auth_token_ttl, self.bcrypt_cost)?,
         })
     }
@@ -987,7 +987,7 @@ mod tests {
         assert!(c.without_effect[0].contains("--debug is deprecated"));
     }
 
-    // Quota, alarms and corruption checks (issue 18)
+    // Quota, alarms and corruption checks
     #[test]
     fn quota_and_corruption_check_flags_follow_etcd() {
         let c = flags(&[]).unwrap();
@@ -1021,7 +1021,7 @@ mod tests {
         );
     }
 
-    // kubeadm's etcd command line (issue 19)
+    // kubeadm's etcd command line
     #[test]
     fn kubeadm_and_etcd_3_6_names_are_honoured() {
         let c = flags(&["--feature-gates=InitialCorruptCheck=true"]).unwrap();
@@ -1141,7 +1141,7 @@ mod tests {
         assert_eq!(compute_cluster_id(&[a, b]), compute_cluster_id(&[b, a]));
     }
 
-    // Memory budget (issue 20)
+    // Memory budget
     #[test]
     fn backend_cache_bytes_is_bounded_and_validated() {
         let c = flags(&[]).unwrap();

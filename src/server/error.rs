@@ -1,7 +1,8 @@
 //! The one place where errors become gRPC statuses, with etcd's codes and messages.
 //!
-//! Each layer has one error enum ([`MvccError`], [`ProposeError`], [`ApiError`]); each variant
-//! names its etcd kind ([`ErrorCode`], which is also what crosses the peer protocol), and
+//! The errors a client can see ([`MvccError`], [`AuthError`], [`ProposeError`], [`ApiError`],
+//! which wraps the others; docs/architecture.md, "Errors", lists every error enum) each
+//! name their etcd kind ([`ErrorCode`], which is also what crosses the peer protocol), and
 //! [`grpc_code`] gives each kind etcd's gRPC code (etcd's api/v3rpc/rpctypes/error.go). The
 //! JSON gateway calls the gRPC services in process, so its error bodies come from the same
 //! statuses.

@@ -1,5 +1,5 @@
-//! The etcd v3 Maintenance service (Status, Alarm, Hash, HashKV and MoveLeader; the rest as
-//! their issues land).
+//! The etcd v3 Maintenance service: Alarm, Status, Defragment, Hash, HashKV, Snapshot,
+//! MoveLeader and Downgrade.
 
 use tonic::{Request, Response, Status};
 

@@ -144,15 +144,34 @@ pub struct Shared {
     pub client: Issued,
 }
 
-/// The shared CA (its directory lives as long as the test binary).
+/// The shared CA (its directory lives as long as the test binary, and is removed when it exits).
 pub fn pki() -> &'static Shared {
     static P: OnceLock<Shared> = OnceLock::new();
     P.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap().keep();
+        remove_at_exit(dir.clone());
         let pki = Pki::new(&dir, "ca");
         let client = pki.issue("root-client", Leaf::new("root", 1));
         Shared { pki, client }
     })
+}
+
+/// Removes `dir` when the test binary exits, its tests passed or not. The shared CA lives in a
+/// static, and statics are never dropped, so a `TempDir` held there would never delete its
+/// directory; `exit` (which the test harness reaches either way) runs `atexit` handlers.
+fn remove_at_exit(dir: PathBuf) {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    extern "C" fn remove() {
+        if let Some(dir) = DIR.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    if DIR.set(dir).is_ok() {
+        // SAFETY: `remove` is a plain function that neither unwinds nor calls `exit`.
+        unsafe {
+            libc::atexit(remove);
+        }
+    }
 }
 
 /// A rustls client config trusting `ca`, presenting `cert` if given.

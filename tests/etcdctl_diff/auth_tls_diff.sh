@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Differential test of authentication, RBAC and client TLS (issue 19): the same scenario runs
+# Differential test of authentication, RBAC and client TLS: the same scenario runs
 # against a fresh TLS + mTLS server for each side, and the normalised transcripts are diffed.
 #
 #   MODE=etcd-vs-kvctl tests/etcdctl_diff/auth_tls_diff.sh   # etcdctl vs kvctl, both on etcd

@@ -144,7 +144,7 @@ mod tests {
     }
 
     /// The shapes etcdctl 3.4.23 printed for the same responses (compared by hand against kvd
-    /// and etcd, 2026-12-01).
+    /// and etcd).
     #[test]
     fn alarm_and_hashkv_print_as_etcdctl() {
         let alarms = AlarmResponse {

@@ -57,7 +57,7 @@ pub struct EngineOptions {
 impl EngineOptions {
     /// The default cache: 64 MiB. sled's own default, 1 GiB, kept a whole store of 300,000
     /// values of 1 KiB in memory, twice etcd 3.4's size; 256 MiB was still over it
-    /// (docs/benchmarks.md, "Memory (issue 20)"). Like bbolt's pages, the rest stays in the
+    /// (docs/benchmarks.md, "Memory"). Like bbolt's pages, the rest stays in the
     /// kernel's page cache, which gives it back under memory pressure.
     pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
     /// The smallest cache accepted (sled refuses less than 256 bytes; less than a few pages
