@@ -10,7 +10,7 @@ use std::process::Command;
 
 use common::{free_port, http_get, Cluster};
 use kvd::raft::log_format::LOG_FORMAT;
-use kvd::server::maintenance::ETCD_VERSION;
+use kvd::server::version::ETCD_VERSION;
 use kvd::server::version::{COMMIT, VERSION};
 
 fn run(bin: &str, args: &[&str]) -> String {

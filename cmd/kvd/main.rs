@@ -1,7 +1,7 @@
 //! kvd: the server binary. Parses etcd-compatible flags and runs a member until SIGINT/SIGTERM.
 use clap::FromArgMatches;
 use kvd::server::config::{self, Flags};
-use kvd::server::{config_compat, config_env, config_file};
+use kvd::server::config::{compat as config_compat, env as config_env, file as config_file};
 
 mod alloc;
 mod log;

@@ -19,9 +19,9 @@ pub struct ServerCtx {
     pub max_txn_ops: usize,
     pub reconfig: std::sync::Arc<super::membership::Reconfig>,
     /// The backend quota writes are checked against before they are proposed.
-    pub quota: std::sync::Arc<super::quota::Quota>,
+    pub quota: std::sync::Arc<super::duties::quota::Quota>,
     /// Password hashing and checking (bcrypt cost, the bound on concurrent checks).
-    pub passwords: std::sync::Arc<super::auth::Passwords>,
+    pub passwords: std::sync::Arc<super::api::auth::Passwords>,
     /// The JWT token provider (`--auth-token jwt,...`); `None` with simple tokens.
     pub jwt: Option<std::sync::Arc<crate::auth::token_jwt::JwtTokens>>,
 }
@@ -93,7 +93,7 @@ impl ServerCtx {
             }));
         }
         Ok(
-            super::client_cert::common_name(ext).map(|username| AuthInfo {
+            super::api::client_cert::common_name(ext).map(|username| AuthInfo {
                 username,
                 revision: store.revision(),
             }),

@@ -11,55 +11,25 @@
 //! <data-dir>/member/sm/snap/     Raft snapshot files
 //! ```
 
-pub(crate) mod alarms;
-pub(crate) mod auth;
+pub(crate) mod api;
 pub mod backup;
-pub(crate) mod client_cert;
-mod client_dispatch;
-pub(crate) mod cluster;
-mod compactor;
 pub mod config;
-pub mod config_compat;
-pub mod config_env;
-pub mod config_file;
-pub(crate) mod config_gates;
-pub(crate) mod config_tls;
 pub(crate) mod context;
-pub(crate) mod corrupt;
-mod defrag;
-mod downgrade;
-pub(crate) mod election;
+pub(crate) mod duties;
 pub(crate) mod error;
 pub(crate) mod gateway;
-pub(crate) mod identity;
-pub(crate) mod kv;
-mod leader_duties;
-pub(crate) mod learner;
-pub(crate) mod lease;
-pub(crate) mod local_client;
-pub(crate) mod lock;
-pub mod maintenance;
+mod lifecycle;
 pub(crate) mod membership;
 pub(crate) mod observe;
-pub(crate) mod oversize;
-pub(crate) mod quota;
-mod reconfig_check;
-mod request_path;
 pub mod tls;
 pub mod version;
-pub(crate) mod watch_hub;
-pub(crate) mod watches;
-
-mod serve;
-mod start;
-mod stop;
-pub(crate) mod wal_home;
 
 use std::future::Future;
 use std::net::SocketAddr;
 
 use crate::raft::links::Links;
 use config::Config;
+use lifecycle::{serve, start, stop};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

@@ -11,7 +11,9 @@
 
 use std::sync::OnceLock;
 
-pub use super::maintenance::ETCD_VERSION;
+/// The etcd version kvd reports. Clients parse it as integers and gate features on it
+/// (e.g. watch progress requests need 3.4.31+ or 3.5.13+); see docs/architecture.md.
+pub const ETCD_VERSION: &str = "3.5.17";
 pub use crate::raft::log_format::LOG_FORMAT;
 
 /// kvd's release version (Cargo.toml's).

@@ -23,7 +23,7 @@ use crate::mvcc::{EtcdEntries, MvccError, Pairs, META_TREE};
 use crate::raft::backup::write_restored;
 use crate::raft::{Member, StoreError};
 use crate::server::config::{parse_initial_cluster, split_urls};
-use crate::server::identity;
+use crate::server::lifecycle::identity;
 
 use super::{has_trailer, BackupError, TRAILER_LEN};
 
@@ -142,7 +142,7 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
     }
     if let Some(w) = &o.wal_dir {
         crate::wal::create_dir_durable(&crate::wal::RealFs, w).map_err(BackupError::io(w))?;
-        crate::server::wal_home::name(w, ident.cluster_id, ident.member_id)
+        crate::server::lifecycle::wal_home::name(w, ident.cluster_id, ident.member_id)
             .map_err(BackupError::io(w))?;
     }
     Ok(Restored {

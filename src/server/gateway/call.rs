@@ -27,7 +27,7 @@ use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::{Code, Status, Streaming};
 
 use super::json::{self, BodyError, BodyLimit};
-use crate::server::client_cert::{ClientCert, TlsPeer};
+use crate::server::api::client_cert::{ClientCert, TlsPeer};
 
 /// What the gateway passes on of an HTTP request: its headers, and the verified client
 /// certificate of its TLS connection (set only with `--client-cert-auth`).
@@ -282,7 +282,7 @@ mod tests {
         assert!(r.metadata().get("content-type").is_none());
         // No Authorization header: the certificate's CN names the caller.
         assert_eq!(
-            crate::server::client_cert::common_name(r.extensions()).as_deref(),
+            crate::server::api::client_cert::common_name(r.extensions()).as_deref(),
             Some("alice")
         );
         // A token wins over the certificate, as on the gRPC path.

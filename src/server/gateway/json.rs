@@ -168,7 +168,7 @@ pub struct BodyLimit {
 impl BodyLimit {
     /// The refusal of `found` bytes: what the transport answers to a message above its limit.
     pub fn refuse(&self, found: usize) -> Status {
-        crate::server::oversize::too_large(found as u64, self.max_msg as u64)
+        crate::server::api::oversize::too_large(found as u64, self.max_msg as u64)
     }
 }
 

@@ -31,16 +31,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
 
-use super::auth::AuthService;
-use super::cluster::ClusterService;
-use super::election::ElectionService;
-use super::kv::KvService;
-use super::learner::LearnerGuard;
-use super::lease::LeaseService;
-use super::lock::LockService;
-use super::maintenance::{MaintenanceService, ETCD_VERSION};
-use super::oversize::EtcdSizeError;
-use super::watches::WatchService;
+use super::api::auth::AuthService;
+use super::api::cluster::ClusterService;
+use super::api::election::ElectionService;
+use super::api::kv::KvService;
+use super::api::learner::LearnerGuard;
+use super::api::lease::LeaseService;
+use super::api::lock::LockService;
+use super::api::maintenance::MaintenanceService;
+use super::api::oversize::EtcdSizeError;
+use super::api::watches::WatchService;
+use super::version::ETCD_VERSION;
 use crate::proto::etcdserverpb::auth_client::AuthClient;
 use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
@@ -292,7 +293,7 @@ async fn refuse_oversized(
     match announced {
         Some(len) if len > limit.max_body as u64 => {
             json::drain(&mut req.into_body().into_data_stream()).await;
-            json::unary_error(&crate::server::oversize::too_large(
+            json::unary_error(&crate::server::api::oversize::too_large(
                 len,
                 limit.max_msg as u64,
             ))

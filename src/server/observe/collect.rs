@@ -170,7 +170,7 @@ pub fn render(s: &Scrape) -> String {
         "etcd_mvcc_db_total_size_in_bytes",
         "Total size of the underlying database physically allocated in bytes.",
         // The current engine generation (defragmentation moves it).
-        crate::server::maintenance::dir_size(&s.node.db_dir()) as f64,
+        crate::server::api::maintenance::dir_size(&s.node.db_dir()) as f64,
     );
     use crate::metrics::{
         PEER_SENT_FAILURES, SNAPSHOT_RECEIVE_FAILURES, SNAPSHOT_RECEIVE_SUCCESS,

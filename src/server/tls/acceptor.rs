@@ -26,7 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
 use super::files;
-use crate::server::client_cert::{ClientCert, TlsPeer};
+use crate::server::api::client_cert::{ClientCert, TlsPeer};
 
 /// How long a client may take to complete its handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -211,7 +211,7 @@ mod tests {
         let mut ext = http::Extensions::new();
         ext.insert(conn.connect_info());
         assert_eq!(
-            crate::server::client_cert::common_name(&ext).as_deref(),
+            crate::server::api::client_cert::common_name(&ext).as_deref(),
             Some("alice")
         );
     }

@@ -23,8 +23,8 @@ use rustls::{ClientConfig, ServerConfig, SupportedProtocolVersion};
 use super::reload::CertFiles;
 use super::verify::{AnyServer, ClientVerifier, NameRule, ServerVerifier};
 use super::{auto, TlsError};
+use crate::server::config::tls::{TlsConfig, TlsInfo, TlsVersion};
 use crate::server::config::Config;
-use crate::server::config_tls::{TlsConfig, TlsInfo, TlsVersion};
 
 /// The TLS side of a member.
 #[derive(Clone, Default)]
