@@ -27,7 +27,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::raft::error::StoreError;
-use crate::wal::fsync_dir;
+use crate::wal::{RealFs, WalFs};
+
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    RealFs.sync_dir(dir)
+}
 
 const FIRST: &str = "db";
 const POINTER: &str = "db.current";

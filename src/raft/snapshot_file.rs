@@ -31,7 +31,7 @@ fn file_name(meta: &SnapshotMeta) -> String {
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    crate::wal::fsync_dir(dir)?;
+    crate::wal::WalFs::sync_dir(&crate::wal::RealFs, dir)?;
     Ok(())
 }
 

@@ -13,11 +13,12 @@
 //!   Bytes that were durable are never damaged.
 //!
 //! A directory is like a directory entry: durable once its parent is synced
-//! (a root is always durable). At a crash a non-durable directory survives or
-//! vanishes, and everything under a vanished directory vanishes with it.
+//! (a root is always durable). At a crash a directory created or removed since
+//! that sync survives or vanishes, and everything under a vanished directory
+//! vanishes with it; a removed directory that survives comes back empty.
 //!
 //! Failpoints: [`SimFs::fail_after`] makes the n-th mutating operation (write,
-//! set_len, allocate, sync, create, remove, rename, sync_dir) and every one after it fail,
+//! set_len, allocate, sync, create, remove (a file or a directory tree), rename, sync_dir) and every one after it fail,
 //! i.e. the machine stops doing I/O at that point; [`SimFs::fail_once_after`]
 //! fails only that one operation. [`SimFs::crash`] clears failpoints and
 //! invalidates every handle opened before it.
@@ -200,11 +201,13 @@ impl SimFs {
                 names.insert(p, ino);
             }
         }
-        // Sorted order visits a parent before its children.
+        // Sorted order visits a parent before its children. A directory created or removed
+        // since its parent's last sync independently survives or vanishes.
         let mut dirs = BTreeSet::new();
-        for d in &st.dirs {
+        for d in st.dirs.union(&st.durable_dirs) {
             let parent_ok = d.parent().is_none_or(|p| dirs.contains(p));
-            if parent_ok && (st.durable_dirs.contains(d) || rng.gen_bool(0.5)) {
+            let settled = st.dirs.contains(d) && st.durable_dirs.contains(d);
+            if parent_ok && (settled || rng.gen_bool(0.5)) {
                 dirs.insert(d.clone());
             }
         }
@@ -432,11 +435,36 @@ impl WalFs for SimFs {
                 st.durable_names.insert(p.clone(), *ino);
             }
         }
+        st.durable_dirs
+            .retain(|d| d.parent() != Some(dir) || st.dirs.contains(d));
         for d in &st.dirs {
             if d.parent() == Some(dir) {
                 st.durable_dirs.insert(d.clone());
             }
         }
+        Ok(())
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.lock().dirs.contains(path)
+    }
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        let mut file = self.open_file(path)?;
+        file.sync_data()
+    }
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        st.tick("remove")?;
+        if !st.dirs.contains(dir) {
+            return Err(not_found(dir));
+        }
+        // Modelled as unlinking everything inside (durably: a directory that comes back with a
+        // power loss comes back empty, as a new one made in its place is) and then the
+        // directory, whose own entry is durable once its parent is synced.
+        let inside = |p: &Path| p.starts_with(dir);
+        st.live_names.retain(|p, _| !inside(p));
+        st.durable_names.retain(|p, _| !inside(p));
+        st.dirs.retain(|d| !inside(d));
+        st.durable_dirs.retain(|d| d == dir || !inside(d));
         Ok(())
     }
 }

@@ -133,7 +133,7 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
         return Err(failure.unwrap_or(BackupError::Store(e)));
     }
     let (revision, keys) = (entries.current(), entries.history_len());
-    identity::store(&member, &ident).map_err(BackupError::io(&member))?;
+    identity::store(&crate::wal::RealFs, &member, &ident).map_err(BackupError::io(&member))?;
     std::fs::rename(&part, &o.data_dir).map_err(BackupError::io(&o.data_dir))?;
     if let Some(parent) = o.data_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::File::open(parent)
