@@ -70,6 +70,11 @@ pub trait WalFs: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
 
+/// [`RealFs`] as the shared handle components hold.
+pub fn real_fs() -> std::sync::Arc<dyn WalFs> {
+    std::sync::Arc::new(RealFs)
+}
+
 struct RealFile {
     file: File,
     len: u64,

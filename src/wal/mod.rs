@@ -130,7 +130,7 @@ pub use backend::WalBackend;
 pub use durable::{
     create_dir_durable, remove_dir_all_durable, rename_durable, sync_tree, write_file_durable,
 };
-pub use fs::{RealFs, WalFile, WalFs};
+pub use fs::{real_fs, RealFs, WalFile, WalFs};
 #[cfg(any(test, feature = "testkit"))]
 pub use simfs::SimFs;
 

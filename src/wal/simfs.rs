@@ -12,6 +12,9 @@
 //!   grown, it is cut at a random point between the durable and live length.
 //!   Bytes that were durable are never damaged.
 //!
+//! A directory renamed (the whole tree moves) may be found back under its old name
+//! at a crash until the new name's parent is synced.
+//!
 //! A directory is like a directory entry: durable once its parent is synced
 //! (a root is always durable). At a crash a directory created or removed since
 //! that sync survives or vanishes, and everything under a vanished directory
@@ -61,6 +64,8 @@ struct State {
     durable_names: BTreeMap<PathBuf, u64>,
     dirs: BTreeSet<PathBuf>,
     durable_dirs: BTreeSet<PathBuf>,
+    /// Directory renames (from, to) not yet made durable by a sync of `to`'s parent.
+    dir_renames: Vec<(PathBuf, PathBuf)>,
     generation: u64,
     fail: Option<FailPoint>,
     mutating_ops: u64,
@@ -68,6 +73,33 @@ struct State {
 }
 
 impl State {
+    /// Moves the directory `from`, and everything under it, live and durable, to `to`.
+    fn move_tree(&mut self, from: &Path, to: &Path) {
+        let moved = |p: &PathBuf| to.join(p.strip_prefix(from).expect("under from"));
+        for names in [&mut self.live_names, &mut self.durable_names] {
+            let under: Vec<PathBuf> = names
+                .keys()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for p in under {
+                let ino = names.remove(&p).expect("listed");
+                names.insert(moved(&p), ino);
+            }
+        }
+        for dirs in [&mut self.dirs, &mut self.durable_dirs] {
+            let under: Vec<PathBuf> = dirs
+                .iter()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for p in under {
+                dirs.remove(&p);
+                dirs.insert(moved(&p));
+            }
+        }
+    }
+
     /// Counts a mutating op and decides whether the failpoint fires for it.
     fn tick(&mut self, what: &'static str) -> io::Result<()> {
         self.mutating_ops += 1;
@@ -182,6 +214,12 @@ impl SimFs {
     pub fn crash<R: Rng + ?Sized>(&self, rng: &mut R) {
         let mut st = self.lock();
         let st = &mut *st;
+        // A directory rename not made durable happened or did not, its contents with it.
+        for (from, to) in std::mem::take(&mut st.dir_renames).into_iter().rev() {
+            if rng.gen_bool(0.5) {
+                st.move_tree(&to, &from);
+            }
+        }
         let paths: BTreeSet<PathBuf> = st
             .live_names
             .keys()
@@ -370,6 +408,7 @@ impl WalFs for SimFs {
         Ok(st
             .live_names
             .keys()
+            .chain(st.dirs.iter())
             .filter(|p| p.parent() == Some(dir))
             .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
             .collect())
@@ -421,6 +460,19 @@ impl WalFs for SimFs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut st = self.lock();
         st.tick("rename")?;
+        if st.dirs.contains(from) {
+            // Modelled as the directory moving with everything in it; until `to`'s parent is
+            // synced, a crash may undo the move (see `crash`).
+            if st.dirs.contains(to) || st.live_names.contains_key(to) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{}", to.display()),
+                ));
+            }
+            st.move_tree(from, to);
+            st.dir_renames.push((from.to_path_buf(), to.to_path_buf()));
+            return Ok(());
+        }
         let ino = st.live_names.remove(from).ok_or_else(|| not_found(from))?;
         st.live_names.insert(to.to_path_buf(), ino);
         Ok(())
@@ -437,6 +489,7 @@ impl WalFs for SimFs {
         }
         st.durable_dirs
             .retain(|d| d.parent() != Some(dir) || st.dirs.contains(d));
+        st.dir_renames.retain(|(_, to)| to.parent() != Some(dir));
         for d in &st.dirs {
             if d.parent() == Some(dir) {
                 st.durable_dirs.insert(d.clone());
