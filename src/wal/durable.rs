@@ -5,7 +5,7 @@
 //!
 //! # Invariants: what is durable once a call returns Ok
 //! - [`create_dir_durable`]: the directory and every ancestor it created.
-//! - [`write_file_durable`]: `path` holds exactly `bytes`; a power loss at any point before
+//! - [`write_file_durable`] (and `_with_mode`): `path` holds exactly `bytes`; a power loss at any point before
 //!   leaves the old content (or no file) or the new one, never a mix or nothing.
 //! - [`rename_durable`]: the file is under its new name and no longer under its old one.
 //! - [`sync_tree`]: every file and directory entry under `dir` that existed when it was
@@ -63,11 +63,15 @@ pub fn rename_durable(fs: &dyn WalFs, from: &Path, to: &Path) -> io::Result<()> 
 
 /// A new, empty file at `path`, replacing one left there (a temporary a crash left).
 pub fn create_replacing(fs: &dyn WalFs, path: &Path) -> io::Result<Box<dyn WalFile>> {
-    match fs.remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
+    remove_leftover(fs, path)?;
     fs.create_file(path)
+}
+
+fn remove_leftover(fs: &dyn WalFs, path: &Path) -> io::Result<()> {
+    match fs.remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// `path` with `.tmp` appended: the temporary [`write_file_durable`] renames over it.
@@ -81,8 +85,27 @@ pub fn temp_path(path: &Path) -> PathBuf {
 /// the new one, never a mix or nothing: a temporary sibling ([`temp_path`]) written and
 /// fsynced, renamed over `path`, then the directory fsynced.
 pub fn write_file_durable(fs: &dyn WalFs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_durable(fs, path, bytes, None)
+}
+
+/// [`write_file_durable`] with the permission bits `mode` on the file from its creation (a
+/// private key is never readable by others, not even empty).
+pub fn write_file_durable_with_mode(
+    fs: &dyn WalFs,
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+) -> io::Result<()> {
+    write_durable(fs, path, bytes, Some(mode))
+}
+
+fn write_durable(fs: &dyn WalFs, path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
     let tmp = temp_path(path);
-    let mut f = create_replacing(fs, &tmp)?;
+    remove_leftover(fs, &tmp)?;
+    let mut f = match mode {
+        None => fs.create_file(&tmp)?,
+        Some(mode) => fs.create_file_with_mode(&tmp, mode)?,
+    };
     f.append(bytes)?;
     f.sync_all()?;
     drop(f);

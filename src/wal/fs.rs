@@ -52,6 +52,12 @@ pub trait WalFs: Send + Sync {
     }
     /// Creates a new, empty file; fails if it already exists.
     fn create_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>>;
+    /// Like `create_file`, with the permission bits `mode` (before the umask) from the start,
+    /// so that no one can open it before they apply. The simulation has no permissions.
+    fn create_file_with_mode(&self, path: &Path, mode: u32) -> io::Result<Box<dyn WalFile>> {
+        let _ = mode;
+        self.create_file(path)
+    }
     /// Opens an existing file for writing at its end.
     fn open_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>>;
     fn remove_file(&self, path: &Path) -> io::Result<()>;
@@ -148,6 +154,15 @@ impl WalFs for RealFs {
     }
     fn create_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
         let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+        Ok(Box::new(RealFile { file, len: 0 }))
+    }
+    fn create_file_with_mode(&self, path: &Path, mode: u32) -> io::Result<Box<dyn WalFile>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)?;
         Ok(Box::new(RealFile { file, len: 0 }))
     }
     fn open_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {

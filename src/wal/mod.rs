@@ -129,6 +129,7 @@ use std::time::Duration;
 pub use backend::WalBackend;
 pub use durable::{
     create_dir_durable, remove_dir_all_durable, rename_durable, sync_tree, write_file_durable,
+    write_file_durable_with_mode,
 };
 pub use fs::{real_fs, RealFs, WalFile, WalFs};
 #[cfg(any(test, feature = "testkit"))]
