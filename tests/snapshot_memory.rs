@@ -64,8 +64,9 @@ fn building_checking_and_reading_a_big_snapshot_takes_bounded_memory() {
     // The bound: the file buffer (256 KiB), one entry, the reader's and writer's small state.
     let bound = 1 << 20;
 
+    let fs: std::sync::Arc<dyn kvd::wal::WalFs> = std::sync::Arc::new(kvd::wal::RealFs);
     let (path, built) = peak_during(|| {
-        snapshot_file::write(d.path(), &meta, entries())
+        snapshot_file::write(&fs, d.path(), &meta, entries())
             .unwrap()
             .publish()
             .unwrap()

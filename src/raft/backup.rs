@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use openraft::type_config::alias::LeaderIdOf;
 use openraft::vote::RaftLeaderIdExt;
@@ -22,6 +23,7 @@ use super::snapshot_file;
 use super::state_machine::{StateMachine, META_LAST_APPLIED, META_MEMBERSHIP};
 use super::types::{LogId, Member, Membership, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::mvcc::Image;
+use crate::wal::{RealFs, WalFs};
 
 /// The index of a restored cluster's snapshot: every member starts from the same log
 /// position, with the log below it purged.
@@ -90,9 +92,11 @@ where
         last_membership: StoredMembership::new(Some(log_id), membership),
     };
     let snap_dir = sm_dir.join("snap");
-    crate::wal::create_dir_durable(&crate::wal::RealFs, sm_dir)?;
-    crate::wal::create_dir_durable(&crate::wal::RealFs, &snap_dir)?;
-    if let Some((_, existing)) = snapshot_file::latest(&snap_dir)? {
+    // The engine is sled's, on the real file system: so is everything beside it.
+    let fs: Arc<dyn WalFs> = Arc::new(RealFs);
+    crate::wal::create_dir_durable(fs.as_ref(), sm_dir)?;
+    crate::wal::create_dir_durable(fs.as_ref(), &snap_dir)?;
+    if let Some((_, existing)) = snapshot_file::latest(fs.as_ref(), &snap_dir)? {
         return Err(StoreError::Snapshot {
             file: existing,
             reason: "a snapshot already exists: restore into an empty data dir".into(),
@@ -103,7 +107,7 @@ where
         crate::mvcc::check_entries([&e])?;
         Ok(e)
     });
-    snapshot_file::write::<StoreError>(&snap_dir, &meta, checked)?.publish()?;
+    snapshot_file::write::<StoreError>(&fs, &snap_dir, &meta, checked)?.publish()?;
     // Loading it now, rather than at the member's first start, makes that start an ordinary
     // one, and proves the snapshot loads before the data dir is handed over.
     let sm = StateMachine::open(sm_dir)?;
@@ -193,7 +197,7 @@ mod tests {
             let sm = reopen(d.path());
             assert_eq!(keys(&sm), 200, "crash at step {n}");
             assert_eq!(sm.last_applied().unwrap(), Some(restored_log_id()));
-            assert!(snapshot_file::latest(&d.path().join("snap"))
+            assert!(snapshot_file::latest(&RealFs, &d.path().join("snap"))
                 .unwrap()
                 .is_none());
             if res.is_ok() {

@@ -85,11 +85,11 @@ impl StateMachine {
         self.usable()?;
         let started = Instant::now();
         let from = self.db_dir();
-        let to = engine_dir::prepare_next(&from)?;
+        let to = engine_dir::prepare_next(self.shared.fs.as_ref(), &from)?;
         let fresh = StoreEngine::open_with(&to, self.shared.mvcc.engine().options())?;
         let mut switch_failed = None;
         let res = self.shared.mvcc.defragment(&fresh, || {
-            engine_dir::switch_to(&to).map_err(|e| {
+            engine_dir::switch_to(self.shared.fs.as_ref(), &to).map_err(|e| {
                 let m = MvccError::Storage(format!("switching to the defragmented engine: {e}"));
                 switch_failed = Some(e);
                 m
@@ -106,13 +106,13 @@ impl StateMachine {
             }
             (Err(e), _) => {
                 // The old generation stays current; the new one is a leftover.
-                engine_dir::remove_when_closed(to, OLD_ENGINE_PATIENCE);
+                engine_dir::remove_when_closed(self.shared.fs.clone(), to, OLD_ENGINE_PATIENCE);
                 return Err(e.into());
             }
         };
         *self.shared.db_dir.lock().unwrap_or_else(|e| e.into_inner()) = to.clone();
         drop(old);
-        engine_dir::remove_when_closed(from.clone(), OLD_ENGINE_PATIENCE);
+        engine_dir::remove_when_closed(self.shared.fs.clone(), from.clone(), OLD_ENGINE_PATIENCE);
         Ok(Defragmented {
             from,
             to,

@@ -375,10 +375,14 @@ async fn save_snapshot(sm: &mut StateMachine, dir: &Path) -> (SnapshotMeta, std:
     };
     std::fs::create_dir_all(dir).unwrap();
     let dir = dir.to_path_buf();
-    let path = tokio::task::spawn_blocking(move || live.write_file(&dir).unwrap().publish())
-        .await
-        .unwrap()
-        .unwrap();
+    let path = tokio::task::spawn_blocking(move || {
+        live.write_file(&crate::wal::real_fs(), &dir)
+            .unwrap()
+            .publish()
+    })
+    .await
+    .unwrap()
+    .unwrap();
     (snap.meta, path)
 }
 

@@ -20,14 +20,17 @@
 //! - A directory is never renamed while an engine has it open (sled reads large values from
 //!   files by path), and an old generation is removed only once its engine has closed (its
 //!   lock is free) or at the next start.
+//! - Every file and directory operation here goes through the `WalFs` it is given (the
+//!   durable steps are `wal::durable`'s), so the power-loss simulation covers the switch.
 
-use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::raft::error::StoreError;
-use crate::wal::fsync_dir;
+use crate::wal::durable::{create_replacing, parent_dir};
+use crate::wal::{create_dir_durable, sync_tree, WalFs};
 
 const FIRST: &str = "db";
 const POINTER: &str = "db.current";
@@ -50,10 +53,10 @@ fn name_of(gen: u64) -> String {
 }
 
 /// The current generation's name, from the pointer file.
-fn current_name(sm_dir: &Path) -> io::Result<String> {
-    match fs::read_to_string(sm_dir.join(POINTER)) {
+fn current_name(fs: &dyn WalFs, sm_dir: &Path) -> io::Result<String> {
+    match fs.read_file(&sm_dir.join(POINTER)) {
         Ok(s) => {
-            let name = s.trim().to_string();
+            let name = String::from_utf8_lossy(&s).trim().to_string();
             if generation(&name).is_none() {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -72,9 +75,9 @@ fn current_name(sm_dir: &Path) -> io::Result<String> {
 
 /// The current engine directory (created if missing), after removing every other generation
 /// and an unfinished pointer: what a crash during a defragmentation left.
-pub fn open_current(sm_dir: &Path) -> io::Result<PathBuf> {
-    let current = current_name(sm_dir)?;
-    if current != FIRST && !sm_dir.join(&current).is_dir() {
+pub fn open_current(fs: &dyn WalFs, sm_dir: &Path) -> io::Result<PathBuf> {
+    let current = current_name(fs, sm_dir)?;
+    if current != FIRST && !fs.is_dir(&sm_dir.join(&current)) {
         // Only a lost directory gets here (a switch names a generation already durable):
         // starting empty, and removing the others as leftovers, would drop the applied state.
         return Err(io::Error::new(
@@ -86,45 +89,47 @@ pub fn open_current(sm_dir: &Path) -> io::Result<PathBuf> {
         ));
     }
     let mut removed = false;
-    for entry in fs::read_dir(sm_dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    let mut names = fs.list_dir(sm_dir)?;
+    names.sort();
+    for name in names {
+        let path = sm_dir.join(&name);
         if name == POINTER_TMP {
-            fs::remove_file(entry.path())?;
+            fs.remove_file(&path)?;
             removed = true;
         } else if generation(&name).is_some() && name != current {
-            tracing::warn!(dir = %entry.path().display(), "removing an engine directory left by a defragmentation");
-            fs::remove_dir_all(entry.path())?;
+            tracing::warn!(dir = %path.display(), "removing an engine directory left by a defragmentation");
+            fs.remove_dir_all(&path)?;
             removed = true;
         }
     }
     if removed {
-        fsync_dir(sm_dir)?;
+        fs.sync_dir(sm_dir)?;
     }
     let dir = sm_dir.join(&current);
-    crate::wal::create_dir_durable(&crate::wal::RealFs, &dir)?;
+    create_dir_durable(fs, &dir)?;
     Ok(dir)
 }
 
 /// A new, empty directory for the generation after `current`.
-pub fn prepare_next(current: &Path) -> io::Result<PathBuf> {
+pub fn prepare_next(fs: &dyn WalFs, current: &Path) -> io::Result<PathBuf> {
     let sm_dir = current.parent().unwrap_or(Path::new("."));
     let gen = current
         .file_name()
         .and_then(|n| generation(&n.to_string_lossy()))
         .unwrap_or(0);
     let next = sm_dir.join(name_of(gen + 1));
-    if current_name(sm_dir)? == name_of(gen + 1) {
+    if current_name(fs, sm_dir)? == name_of(gen + 1) {
         // A switch to it whose outcome is uncertain: the next start decides, not this.
         return Err(io::Error::other(format!(
             "{} is named by {POINTER}; restart the member",
             next.display()
         )));
     }
-    if next.exists() {
-        fs::remove_dir_all(&next)?;
+    if fs.is_dir(&next) {
+        // Made durable by the parent's fsync that creating it again does.
+        fs.remove_dir_all(&next)?;
     }
-    crate::wal::create_dir_durable(&crate::wal::RealFs, &next)?;
+    create_dir_durable(fs, &next)?;
     Ok(next)
 }
 
@@ -132,30 +137,32 @@ pub fn prepare_next(current: &Path) -> io::Result<PathBuf> {
 /// An error before the rename leaves the current generation as it was (`next` may be
 /// removed); from the rename on, it is [`StoreError::SwitchUncertain`]: either generation may
 /// be current on disk, so neither may be removed, nor written as if it were the only one.
-pub fn switch_to(next: &Path) -> Result<(), StoreError> {
-    let sm_dir = next.parent().unwrap_or(Path::new("."));
+pub fn switch_to(fs: &dyn WalFs, next: &Path) -> Result<(), StoreError> {
+    let sm_dir = parent_dir(next);
     // A file whose directory entry is not durable can vanish with a power loss.
-    sync_tree(next)?;
+    sync_tree(fs, next)?;
     let name = next
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // `wal::write_file_durable`'s steps, but an error from the rename on is not an ordinary
+    // one: the pointer on disk may be either.
     let tmp = sm_dir.join(POINTER_TMP);
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(name.as_bytes())?;
+    let mut f = create_replacing(fs, &tmp)?;
+    f.append(name.as_bytes())?;
     f.sync_all()?;
     drop(f);
     let uncertain = |e: io::Error| StoreError::SwitchUncertain {
         dir: next.to_path_buf(),
         reason: e.to_string(),
     };
-    fs::rename(&tmp, sm_dir.join(POINTER)).map_err(uncertain)?;
-    sync_after_rename(sm_dir).map_err(uncertain)?;
+    fs.rename(&tmp, &sm_dir.join(POINTER)).map_err(uncertain)?;
+    sync_after_rename(fs, sm_dir).map_err(uncertain)?;
     Ok(())
 }
 
 /// The fsync of `sm/` that makes a switch durable; tests make it fail.
-fn sync_after_rename(sm_dir: &Path) -> io::Result<()> {
+fn sync_after_rename(fs: &dyn WalFs, sm_dir: &Path) -> io::Result<()> {
     #[cfg(test)]
     {
         let mut failing = FAIL_SYNC_AFTER_RENAME
@@ -166,7 +173,7 @@ fn sync_after_rename(sm_dir: &Path) -> io::Result<()> {
             return Err(io::Error::other("injected fsync failure"));
         }
     }
-    fsync_dir(sm_dir)
+    fs.sync_dir(sm_dir)
 }
 
 /// `sm/` directories whose next fsync after a pointer rename fails (test builds only). Keyed by
@@ -187,37 +194,12 @@ pub(crate) fn fail_sync_after_rename(sm_dir: &Path) {
 /// sled's flush is not enough on its own: it writes its log with `sync_file_range` (neither the
 /// file's size nor the disk's write cache), writes its blobs and config without any sync, and
 /// syncs no directory.
-pub fn sync_engine(db_dir: &Path) -> io::Result<()> {
-    sync_tree(db_dir)?;
+pub fn sync_engine(fs: &dyn WalFs, db_dir: &Path) -> io::Result<()> {
+    sync_tree(fs, db_dir)?;
     if let Some(sm_dir) = db_dir.parent() {
         record_step(sm_dir, "engine synced");
     }
     Ok(())
-}
-
-/// fsyncs every file and directory under `dir`: sled syncs its log on flush, but not
-/// necessarily the files it wrote once at open (its config, its snapshot) nor any directory.
-/// An entry removed meanwhile (sled replaces its snapshot and removes blobs as it runs) needs
-/// no sync.
-fn sync_tree(dir: &Path) -> io::Result<()> {
-    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
-    let entries = match fs::read_dir(dir) {
-        Err(e) if gone(&e) => return Ok(()),
-        r => r?,
-    };
-    for entry in entries {
-        let entry = entry?;
-        let res = match entry.file_type() {
-            Ok(t) if t.is_dir() => sync_tree(&entry.path()),
-            Ok(_) => fs::File::open(entry.path()).and_then(|f| f.sync_all()),
-            Err(e) => Err(e),
-        };
-        match res {
-            Err(e) if gone(&e) => {}
-            r => r?,
-        }
-    }
-    fsync_dir(dir)
 }
 
 /// Records that `step` happened for the state machine in `sm_dir` (test builds only; nothing
@@ -253,7 +235,7 @@ pub(crate) fn steps(sm_dir: &Path) -> Vec<&'static str> {
 /// Removes an old generation once no engine holds it open (sled keeps an exclusive lock on
 /// its `db` file while open), in a thread of its own; gives up after `patience` and leaves it
 /// for the next start.
-pub fn remove_when_closed(old: PathBuf, patience: Duration) {
+pub fn remove_when_closed(fs: Arc<dyn WalFs>, old: PathBuf, patience: Duration) {
     let spawned = std::thread::Builder::new()
         .name("engine-dir-gc".into())
         .spawn(move || {
@@ -265,11 +247,10 @@ pub fn remove_when_closed(old: PathBuf, patience: Duration) {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            match fs::remove_dir_all(&old) {
+            // Not durable on its own: a removal a power loss undoes is redone at the next start.
+            match fs.remove_dir_all(&old) {
                 Ok(()) => {
-                    if let Some(p) = old.parent() {
-                        let _ = fsync_dir(p);
-                    }
+                    let _ = fs.sync_dir(parent_dir(&old));
                     tracing::info!(dir = %old.display(), "removed the engine directory defragmentation replaced");
                 }
                 Err(e) => tracing::warn!(dir = %old.display(), error = %e, "removing the old engine directory"),
@@ -283,7 +264,8 @@ pub fn remove_when_closed(old: PathBuf, patience: Duration) {
 /// Whether nothing holds sled's lock on `db_file` (or it is gone).
 fn unlocked(db_file: &Path) -> bool {
     use std::os::fd::AsRawFd;
-    let Ok(f) = fs::File::open(db_file) else {
+    // sled's lock is on the real file: this asks the OS, not a `WalFs`.
+    let Ok(f) = std::fs::File::open(db_file) else {
         return true;
     };
     // SAFETY: flock on a descriptor this function owns; released when `f` closes.
@@ -292,7 +274,10 @@ fn unlocked(db_file: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
+    use crate::wal::RealFs;
 
     fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(dir)
@@ -307,36 +292,36 @@ mod tests {
     fn generations_switch_and_leftovers_go_at_the_next_open() {
         let d = tempfile::tempdir().unwrap();
         let sm = d.path();
-        let first = open_current(sm).unwrap();
+        let first = open_current(&RealFs, sm).unwrap();
         assert_eq!(first, sm.join("db"));
         fs::write(first.join("data"), b"old").unwrap();
 
         // A crash after preparing the next generation, before the switch: the old one stays.
-        let next = prepare_next(&first).unwrap();
+        let next = prepare_next(&RealFs, &first).unwrap();
         assert_eq!(next, sm.join("db.1"));
         fs::write(next.join("data"), b"half").unwrap();
         fs::write(sm.join(POINTER_TMP), b"db.1").unwrap();
-        assert_eq!(open_current(sm).unwrap(), first);
+        assert_eq!(open_current(&RealFs, sm).unwrap(), first);
         assert_eq!(names(sm), ["db"]);
 
         // A switch: the new one is current from then on, and the old one is a leftover.
-        let next = prepare_next(&first).unwrap();
+        let next = prepare_next(&RealFs, &first).unwrap();
         fs::write(next.join("data"), b"new").unwrap();
-        switch_to(&next).unwrap();
-        assert_eq!(open_current(sm).unwrap(), next);
+        switch_to(&RealFs, &next).unwrap();
+        assert_eq!(open_current(&RealFs, sm).unwrap(), next);
         assert_eq!(names(sm), ["db.1", "db.current"]);
         assert_eq!(fs::read(next.join("data")).unwrap(), b"new");
-        assert_eq!(prepare_next(&next).unwrap(), sm.join("db.2"));
+        assert_eq!(prepare_next(&RealFs, &next).unwrap(), sm.join("db.2"));
     }
 
     #[test]
     fn a_pointer_naming_a_missing_generation_stops_the_start_and_removes_nothing() {
         let d = tempfile::tempdir().unwrap();
         let sm = d.path();
-        let first = open_current(sm).unwrap();
+        let first = open_current(&RealFs, sm).unwrap();
         fs::write(first.join("data"), b"applied state").unwrap();
         fs::write(sm.join(POINTER), b"db.1").unwrap();
-        assert!(open_current(sm).is_err());
+        assert!(open_current(&RealFs, sm).is_err());
         assert_eq!(fs::read(first.join("data")).unwrap(), b"applied state");
         assert!(!sm.join("db.1").exists());
     }
@@ -345,12 +330,12 @@ mod tests {
     fn the_generation_the_pointer_names_is_never_prepared_over() {
         let d = tempfile::tempdir().unwrap();
         let sm = d.path();
-        let first = open_current(sm).unwrap();
-        let next = prepare_next(&first).unwrap();
+        let first = open_current(&RealFs, sm).unwrap();
+        let next = prepare_next(&RealFs, &first).unwrap();
         fs::write(next.join("data"), b"new").unwrap();
         // As after an uncertain switch: the pointer names `db.1`, the engine is still on `db`.
         fs::write(sm.join(POINTER), b"db.1").unwrap();
-        assert!(prepare_next(&first).is_err());
+        assert!(prepare_next(&RealFs, &first).is_err());
         assert_eq!(fs::read(next.join("data")).unwrap(), b"new");
     }
 
@@ -358,7 +343,7 @@ mod tests {
     fn a_pointer_naming_nothing_valid_is_refused() {
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join(POINTER), b"../elsewhere").unwrap();
-        assert!(open_current(d.path()).is_err());
+        assert!(open_current(&RealFs, d.path()).is_err());
     }
 
     #[test]
@@ -366,7 +351,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let old = d.path().join("db.3");
         let engine = crate::mvcc::StoreEngine::open(&old).unwrap();
-        remove_when_closed(old.clone(), Duration::from_secs(10));
+        remove_when_closed(Arc::new(RealFs), old.clone(), Duration::from_secs(10));
         std::thread::sleep(Duration::from_millis(300));
         assert!(old.exists(), "still open");
         drop(engine);
@@ -375,5 +360,114 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(!old.exists());
+    }
+}
+
+/// Power loss during a defragmentation's switch, on the simulated file system: the engine's
+/// files stand in for sled's (written, never synced by their writer, as sled leaves some).
+#[cfg(test)]
+mod power_loss_tests {
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::wal::{SimFs, WalFile};
+
+    const FILES: [&str; 2] = ["db", "blobs/7"];
+
+    fn sm_dir() -> &'static Path {
+        Path::new("/member/sm")
+    }
+
+    /// Writes `content` into the engine files under `dir`, unsynced (as sled may leave them).
+    fn write_engine(fs: &SimFs, dir: &Path, content: &[u8]) -> io::Result<()> {
+        for f in FILES {
+            let path = dir.join(f);
+            fs.create_dir_all(parent_dir(&path))?;
+            let mut file: Box<dyn WalFile> = fs.create_file(&path)?;
+            file.append(content)?;
+        }
+        Ok(())
+    }
+
+    fn engine_content(fs: &SimFs, dir: &Path) -> Vec<Option<Vec<u8>>> {
+        FILES
+            .iter()
+            .map(|f| fs.file_contents(&dir.join(f)))
+            .collect()
+    }
+
+    /// A member on generation `db`, its engine synced (as a snapshot point leaves it).
+    fn member() -> (SimFs, PathBuf) {
+        let fs = SimFs::new();
+        create_dir_durable(&fs, sm_dir()).unwrap();
+        let first = open_current(&fs, sm_dir()).unwrap();
+        write_engine(&fs, &first, b"old").unwrap();
+        sync_engine(&fs, &first).unwrap();
+        (fs, first)
+    }
+
+    /// One defragmentation's steps up to the switch, then the next start's cleanup; stops at
+    /// the first error (the failpoint). Whether the switch returned Ok.
+    fn defragment(fs: &SimFs, first: &Path) -> bool {
+        let Ok(next) = prepare_next(fs, first) else {
+            return false;
+        };
+        if write_engine(fs, &next, b"new").is_err() || switch_to(fs, &next).is_err() {
+            return false;
+        }
+        let _ = open_current(fs, sm_dir());
+        true
+    }
+
+    /// At every step of a switch (and of the cleanup at the next start), a power loss leaves
+    /// `sm/` opening to the old generation or the new one, whole, never neither; and once
+    /// the switch returned, always the new one.
+    #[test]
+    fn a_power_loss_at_any_step_of_a_switch_opens_to_one_whole_generation() {
+        let mut saw = (false, false);
+        for n in 0.. {
+            let mut done = false;
+            for seed in 0..24 {
+                let (fs, first) = member();
+                fs.fail_after(n);
+                let switched = defragment(&fs, &first);
+                done = !fs.failpoint_tripped();
+                fs.crash(&mut StdRng::seed_from_u64(seed));
+                let dir = open_current(&fs, sm_dir()).unwrap_or_else(|e| {
+                    panic!("failpoint {n}, seed {seed}: no generation opens: {e}")
+                });
+                let want: &[u8] = if dir == first {
+                    assert!(
+                        !switched,
+                        "failpoint {n}, seed {seed}: a switch that returned Ok was lost"
+                    );
+                    saw.0 = true;
+                    b"old"
+                } else {
+                    assert_eq!(dir, sm_dir().join("db.1"), "failpoint {n}, seed {seed}");
+                    saw.1 = true;
+                    b"new"
+                };
+                assert_eq!(
+                    engine_content(&fs, &dir),
+                    vec![Some(want.to_vec()); FILES.len()],
+                    "failpoint {n}, seed {seed}: {} is not whole",
+                    dir.display()
+                );
+                let mut left = fs.list_dir(sm_dir()).unwrap();
+                left.retain(|n| n.starts_with("db") && n != "db.current");
+                assert_eq!(
+                    left.len(),
+                    1,
+                    "failpoint {n}, seed {seed}: leftovers {left:?}"
+                );
+            }
+            if done {
+                assert!(n > 10, "only {n} steps");
+                break;
+            }
+        }
+        assert_eq!(saw, (true, true), "both outcomes happen");
     }
 }

@@ -119,10 +119,14 @@ async fn save(sm: &mut StateMachine, dir: &Path) -> Source {
     };
     std::fs::create_dir_all(dir).unwrap();
     let dir = dir.to_path_buf();
-    let path = tokio::task::spawn_blocking(move || live.write_file(&dir).unwrap().publish())
-        .await
-        .unwrap()
-        .unwrap();
+    let path = tokio::task::spawn_blocking(move || {
+        live.write_file(&crate::wal::real_fs(), &dir)
+            .unwrap()
+            .publish()
+    })
+    .await
+    .unwrap()
+    .unwrap();
     Source {
         meta: snap.meta,
         path,
@@ -157,7 +161,7 @@ async fn template(dir: &Path, keys: usize) -> Observed {
 }
 
 fn newest_snapshot_index(dir: &Path) -> u64 {
-    snapshot_file::latest(&dir.join("snap"))
+    snapshot_file::latest(&crate::wal::RealFs, &dir.join("snap"))
         .unwrap()
         .and_then(|(m, _)| m.last_log_id)
         .map_or(0, |l| l.index)

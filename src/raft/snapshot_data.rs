@@ -65,8 +65,12 @@ impl LiveSnapshot {
 
     /// Writes the snapshot into a temporary in `dir` (see [`snapshot_file::write`]), for an
     /// install from another member's image (openraft's storage suite does this).
-    pub fn write_file(self, dir: &Path) -> Result<Built, StoreError> {
-        snapshot_file::write(dir, &self.meta, self.entries)
+    pub fn write_file(
+        self,
+        fs: &std::sync::Arc<dyn crate::wal::WalFs>,
+        dir: &Path,
+    ) -> Result<Built, StoreError> {
+        snapshot_file::write(fs, dir, &self.meta, self.entries)
     }
 }
 
@@ -133,7 +137,7 @@ mod tests {
             meta: meta(),
             entries: entries(5000),
         }
-        .write_file(d.path())
+        .write_file(&crate::wal::real_fs(), d.path())
         .unwrap()
         .publish()
         .unwrap();

@@ -14,25 +14,26 @@
 //!   temporary, which nothing else writes.
 //! - Nothing here holds a snapshot in memory: files are written and read one entry (or one
 //!   chunk) at a time.
+//! - Every write, sync, rename and removal goes through the `WalFs` the caller gives (the
+//!   durable steps are `wal::durable`'s), so the power-loss simulation covers them. Reads
+//!   open the files directly: they make nothing durable.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::error::StoreError;
 pub use super::snapshot_format::Entry;
 use super::snapshot_format::{self, Reader, Writer};
 use super::types::SnapshotMeta;
+use crate::wal::durable::{create_replacing, rename_durable};
+use crate::wal::{WalFile, WalFs};
 
 fn file_name(meta: &SnapshotMeta) -> String {
     format!("{:016x}.snap", meta.last_log_id.map_or(0, |l| l.index))
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    crate::wal::fsync_dir(dir)?;
-    Ok(())
 }
 
 /// Bytes written between two fdatasyncs of a snapshot file. A snapshot is tens of MB or
@@ -46,7 +47,7 @@ const IO_BUFFER: usize = 256 << 10;
 
 /// A file that fdatasyncs itself every [`SYNC_EVERY`] bytes written.
 struct Paced {
-    file: File,
+    file: Box<dyn WalFile>,
     unsynced: usize,
 }
 
@@ -54,7 +55,8 @@ impl Write for Paced {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // Never more than a step between two syncs, however large `buf` is.
         let room = SYNC_EVERY - self.unsynced;
-        let n = self.file.write(&buf[..buf.len().min(room)])?;
+        let n = buf.len().min(room);
+        self.file.append(&buf[..n])?;
         self.unsynced += n;
         if self.unsynced >= SYNC_EVERY {
             self.file.sync_data()?;
@@ -64,20 +66,22 @@ impl Write for Paced {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
+        Ok(())
     }
 }
 
 /// A temporary file in the snapshot directory, removed when dropped unless it was renamed
 /// to a final name.
 struct Temp {
+    fs: Arc<dyn WalFs>,
     path: Option<PathBuf>,
 }
 
 impl Temp {
-    fn rename_to(mut self, dst: &Path) -> Result<(), StoreError> {
+    /// Renames the temporary to `dst` (in the same directory) and syncs the directory.
+    fn rename_durable(mut self, dst: &Path) -> Result<(), StoreError> {
         let path = self.path.take().expect("renamed once");
-        fs::rename(&path, dst)?;
+        rename_durable(self.fs.as_ref(), &path, dst)?;
         Ok(())
     }
 }
@@ -85,7 +89,7 @@ impl Temp {
 impl Drop for Temp {
     fn drop(&mut self) {
         if let Some(p) = self.path.take() {
-            let _ = fs::remove_file(p);
+            let _ = self.fs.remove_file(&p);
         }
     }
 }
@@ -93,17 +97,18 @@ impl Drop for Temp {
 static INCOMING: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh, unique temporary in `dir` for a received or copied snapshot.
-fn incoming_temp(dir: &Path) -> Result<(Temp, File), StoreError> {
+fn incoming_temp(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<(Temp, Box<dyn WalFile>), StoreError> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let n = INCOMING.fetch_add(1, Ordering::Relaxed);
     let path = dir.join(format!("incoming-{nanos}-{n}.tmp"));
-    let file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    Ok((Temp { path: Some(path) }, file))
+    let file = fs.create_file(&path)?;
+    let temp = Temp {
+        fs: fs.clone(),
+        path: Some(path),
+    };
+    Ok((temp, file))
 }
 
 /// A snapshot written but not yet in place: [`Built::publish`] renames it.
@@ -118,17 +123,16 @@ impl Built {
     /// Renames the snapshot into place and syncs the directory. Callers serialize this with
     /// the other renames and removals of the directory (`snap_io`).
     pub fn publish(self) -> Result<PathBuf, StoreError> {
-        let dir = self.dst.parent().expect("a file in the snapshot dir");
-        self.temp.rename_to(&self.dst)?;
-        sync_dir(dir)?;
+        self.temp.rename_durable(&self.dst)?;
         Ok(self.dst)
     }
 }
 
-/// Writes the snapshot of `meta` holding `entries` into a temporary in `dir`, one entry at a
-/// time, paced (see the module doc), and syncs it. Stops at the first error of `entries`
-/// (the temporary is removed).
+/// Writes the snapshot of `meta` holding `entries` into a temporary in `dir` through `fs`,
+/// one entry at a time, paced (see the module doc), and syncs it. Stops at the first error
+/// of `entries` (the temporary is removed).
 pub fn write<E>(
+    fs: &Arc<dyn WalFs>,
     dir: &Path,
     meta: &SnapshotMeta,
     entries: impl IntoIterator<Item = Result<Entry, E>>,
@@ -138,17 +142,20 @@ where
 {
     let name = file_name(meta);
     let tmp = dir.join(format!("{name}.tmp"));
-    let file = File::create(&tmp)?;
-    let temp = Temp { path: Some(tmp) };
+    let file = create_replacing(fs.as_ref(), &tmp)?;
+    let temp = Temp {
+        fs: fs.clone(),
+        path: Some(tmp),
+    };
     let out = BufWriter::with_capacity(IO_BUFFER, Paced { file, unsynced: 0 });
     let mut w = Writer::new(out, meta)?;
     for e in entries {
         let (tree, k, v) = e?;
         w.push(&tree, &k, &v)?;
     }
-    let paced = w.finish()?.into_inner().map_err(|e| e.into_error())?;
+    let mut paced = w.finish()?.into_inner().map_err(|e| e.into_error())?;
     paced.file.sync_all()?;
-    let bytes = paced.file.metadata()?.len();
+    let bytes = paced.file.size();
     Ok(Built {
         temp,
         dst: dir.join(name),
@@ -250,9 +257,9 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    /// A new, empty received snapshot in `dir`.
-    pub fn create(dir: &Path) -> Result<Incoming, StoreError> {
-        let (temp, file) = incoming_temp(dir)?;
+    /// A new, empty received snapshot in `dir`, written through `fs`.
+    pub fn create(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Incoming, StoreError> {
+        let (temp, file) = incoming_temp(fs, dir)?;
         Ok(Incoming {
             out: Paced { file, unsynced: 0 },
             temp,
@@ -268,7 +275,7 @@ impl Incoming {
     }
 
     /// Syncs the file and hands it over, still a temporary, for [`adopt`].
-    pub fn finish(self) -> Result<SnapshotFile, StoreError> {
+    pub fn finish(mut self) -> Result<SnapshotFile, StoreError> {
         self.out.file.sync_all()?;
         let path = self.temp.path.clone().expect("not renamed yet");
         Ok(SnapshotFile {
@@ -299,8 +306,14 @@ fn read_through(path: &Path, len: u64, meta: &SnapshotMeta) -> Result<(), StoreE
 /// through once, checksum, framing and trees (see `snapshot_format::verify`), with `meta` in
 /// it. A received temporary in `dir` is used as it is, and not read again if
 /// [`SnapshotFile::check`] found it whole with this `meta`; any other file (another member's,
-/// in tests) is copied (paced) into a temporary first. [`Built::publish`] renames it.
-pub fn adopt(snapshot: SnapshotFile, dir: &Path, meta: &SnapshotMeta) -> Result<Built, StoreError> {
+/// in tests) is copied (paced, through `fs`) into a temporary first. [`Built::publish`]
+/// renames it.
+pub fn adopt(
+    fs: &Arc<dyn WalFs>,
+    snapshot: SnapshotFile,
+    dir: &Path,
+    meta: &SnapshotMeta,
+) -> Result<Built, StoreError> {
     let SnapshotFile {
         file,
         len,
@@ -319,7 +332,7 @@ pub fn adopt(snapshot: SnapshotFile, dir: &Path, meta: &SnapshotMeta) -> Result<
         }
         Some(t) => t,
         None => {
-            let (temp, out) = incoming_temp(dir)?;
+            let (temp, out) = incoming_temp(fs, dir)?;
             let mut out = Paced {
                 file: out,
                 unsynced: 0,
@@ -391,33 +404,33 @@ impl Read for Input {
     }
 }
 
-fn snapshot_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
-    let mut v = Vec::new();
-    for e in fs::read_dir(dir)? {
-        let p = e?.path();
-        if p.extension().and_then(|x| x.to_str()) == Some("snap") {
-            v.push(p);
-        }
-    }
+/// The snapshot files in `dir`, oldest first.
+pub(crate) fn snapshot_files(fs: &dyn WalFs, dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut v: Vec<PathBuf> = fs
+        .list_dir(dir)?
+        .into_iter()
+        .map(|n| dir.join(n))
+        .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("snap"))
+        .collect();
     v.sort();
     Ok(v)
 }
 
 /// Removes leftovers of writes interrupted by a crash (never renamed, so never used). Only
 /// safe while no snapshot is being written, i.e. when the state machine opens.
-pub fn remove_temporaries(dir: &Path) -> Result<(), StoreError> {
-    for e in fs::read_dir(dir)? {
-        let p = e?.path();
+pub fn remove_temporaries(fs: &dyn WalFs, dir: &Path) -> Result<(), StoreError> {
+    for name in fs.list_dir(dir)? {
+        let p = dir.join(name);
         if p.extension().and_then(|x| x.to_str()) == Some("tmp") {
-            fs::remove_file(&p)?;
+            fs.remove_file(&p)?;
         }
     }
     Ok(())
 }
 
 /// The newest snapshot, if any, with its meta (read from its header only).
-pub fn latest(dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError> {
-    match snapshot_files(dir)?.pop() {
+pub fn latest(fs: &dyn WalFs, dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError> {
+    match snapshot_files(fs, dir)?.pop() {
         Some(p) => Ok(Some((SnapshotFile::open(&p)?.0, p))),
         None => Ok(None),
     }
@@ -432,23 +445,23 @@ pub fn latest(dir: &Path) -> Result<Option<(SnapshotMeta, PathBuf)>, StoreError>
 /// install removes the file it just loaded).
 ///
 /// A file that is gone already (removed by a concurrent removal) counts as removed.
-fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
-    let Some(retired) = retire(path)? else {
+fn remove_in_steps(fs: &dyn WalFs, path: &Path) -> Result<(), StoreError> {
+    let Some(retired) = retire(fs, path)? else {
         return Ok(());
     };
     let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
-    let f = match fs::OpenOptions::new().write(true).open(&retired) {
+    let mut f = match fs.open_file(&retired) {
         Err(e) if gone(&e) => return Ok(()),
         r => r?,
     };
-    let mut len = f.metadata()?.len();
+    let mut len = f.size();
     while len > 0 {
         len = len.saturating_sub(SYNC_EVERY as u64);
         f.set_len(len)?;
         f.sync_data()?;
     }
     drop(f);
-    match fs::remove_file(&retired) {
+    match fs.remove_file(&retired) {
         Err(e) if gone(&e) => Ok(()),
         r => Ok(r?),
     }
@@ -456,35 +469,37 @@ fn remove_in_steps(path: &Path) -> Result<(), StoreError> {
 
 /// Renames snapshot `path` to a temporary and syncs the directory; the temporary's path, or
 /// `None` if the file is gone already.
-fn retire(path: &Path) -> Result<Option<PathBuf>, StoreError> {
+fn retire(fs: &dyn WalFs, path: &Path) -> Result<Option<PathBuf>, StoreError> {
     let retired = path.with_extension("removing.tmp");
-    match fs::rename(path, &retired) {
+    match fs.rename(path, &retired) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         r => r?,
     }
-    if let Some(dir) = path.parent() {
-        sync_dir(dir)?;
-    }
+    fs.sync_dir(crate::wal::durable::parent_dir(path))?;
     Ok(Some(retired))
 }
 
 /// Removes `meta`'s snapshot and older ones: once the engine is durable past them, a restart
 /// needs none.
-pub fn remove_through(dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
+pub fn remove_through(fs: &dyn WalFs, dir: &Path, meta: &SnapshotMeta) -> Result<(), StoreError> {
     let last = dir.join(file_name(meta));
-    remove_where(dir, |p| p <= last.as_path())
+    remove_where(fs, dir, |p| p <= last.as_path())
 }
 
-fn remove_where(dir: &Path, remove: impl Fn(&Path) -> bool) -> Result<(), StoreError> {
+fn remove_where(
+    fs: &dyn WalFs,
+    dir: &Path,
+    remove: impl Fn(&Path) -> bool,
+) -> Result<(), StoreError> {
     let mut removed = false;
-    for p in snapshot_files(dir)? {
+    for p in snapshot_files(fs, dir)? {
         if remove(&p) {
-            remove_in_steps(&p)?;
+            remove_in_steps(fs, &p)?;
             removed = true;
         }
     }
     if removed {
-        sync_dir(dir)?;
+        fs.sync_dir(dir)?;
         if let Some(sm_dir) = dir.parent() {
             super::engine_dir::record_step(sm_dir, "snapshot files removed");
         }
@@ -493,9 +508,16 @@ fn remove_where(dir: &Path, remove: impl Fn(&Path) -> bool) -> Result<(), StoreE
 }
 
 #[cfg(test)]
+#[path = "snapshot_file_power_loss_tests.rs"]
+mod power_loss_tests;
+
+#[cfg(test)]
 pub(crate) mod tests {
+    use std::fs;
+
     use super::*;
     use crate::mvcc::{META_TREE, REV_TREE};
+    use crate::wal::RealFs;
     use std::collections::BTreeMap;
 
     /// Bytes read through [`Input`], by the directory of the file read.
@@ -531,11 +553,20 @@ pub(crate) mod tests {
             .collect()
     }
 
+    fn real() -> Arc<dyn WalFs> {
+        Arc::new(RealFs)
+    }
+
     fn write_now(dir: &Path, meta: &SnapshotMeta, entries: &[Entry]) -> PathBuf {
-        write(dir, meta, entries.iter().cloned().map(Ok::<_, StoreError>))
-            .unwrap()
-            .publish()
-            .unwrap()
+        write(
+            &real(),
+            dir,
+            meta,
+            entries.iter().cloned().map(Ok::<_, StoreError>),
+        )
+        .unwrap()
+        .publish()
+        .unwrap()
     }
 
     fn read_all(path: &Path) -> Result<(SnapshotMeta, Vec<Entry>), StoreError> {
@@ -551,7 +582,10 @@ pub(crate) mod tests {
         let path = write_now(d.path(), &meta, &want);
         assert_eq!(read_all(&path).unwrap(), (meta.clone(), want));
         assert_eq!(verify(&path).unwrap(), meta);
-        assert_eq!(latest(d.path()).unwrap().unwrap(), (meta, path.clone()));
+        assert_eq!(
+            latest(&RealFs, d.path()).unwrap().unwrap(),
+            (meta, path.clone())
+        );
 
         let mut bytes = fs::read(&path).unwrap();
         let mid = bytes.len() / 2;
@@ -597,10 +631,10 @@ pub(crate) mod tests {
         let (older, newer) = (meta_at(7), meta_at(9));
         let old_path = write_now(d.path(), &older, &data);
         let new_path = write_now(d.path(), &newer, &data[1..]);
-        remove_through(d.path(), &older).unwrap();
+        remove_through(&RealFs, d.path(), &older).unwrap();
         assert!(!old_path.exists());
         assert_eq!(read_all(&new_path).unwrap(), (newer, data[1..].to_vec()));
-        assert_eq!(latest(d.path()).unwrap().unwrap().1, new_path);
+        assert_eq!(latest(&RealFs, d.path()).unwrap().unwrap().1, new_path);
     }
 
     /// A received snapshot is put in place only whole and with the meta it was sent with;
@@ -614,7 +648,7 @@ pub(crate) mod tests {
         let path = write_now(src.path(), &meta, &want);
         let bytes = fs::read(&path).unwrap();
         let receive = |data: &[u8]| {
-            let mut inc = Incoming::create(dst.path()).unwrap();
+            let mut inc = Incoming::create(&real(), dst.path()).unwrap();
             for part in data.chunks(1000) {
                 inc.append(part).unwrap();
             }
@@ -629,20 +663,29 @@ pub(crate) mod tests {
             names
         };
 
-        let e = adopt(receive(&bytes[..bytes.len() - 1]), dst.path(), &meta);
+        let e = adopt(
+            &real(),
+            receive(&bytes[..bytes.len() - 1]),
+            dst.path(),
+            &meta,
+        );
         assert!(e.is_err());
-        let e = adopt(receive(&bytes), dst.path(), &meta_at(12))
+        let e = adopt(&real(), receive(&bytes), dst.path(), &meta_at(12))
             .err()
             .unwrap();
         assert!(e.to_string().contains("sent as"), "{e}");
         // Checked as the snapshot of one meta, installed as another's: read again, refused.
         let checked = receive(&bytes).check(&meta).unwrap();
-        let e = adopt(checked, dst.path(), &meta_at(12)).err().unwrap();
+        let e = adopt(&real(), checked, dst.path(), &meta_at(12))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("sent as"), "{e}");
         drop(receive(&bytes));
         assert!(only_final().is_empty(), "{:?}", only_final());
 
-        let put = adopt(receive(&bytes), dst.path(), &meta).unwrap().publish();
+        let put = adopt(&real(), receive(&bytes), dst.path(), &meta)
+            .unwrap()
+            .publish();
         assert_eq!(put.unwrap(), dst.path().join(file_name(&meta)));
         assert_eq!(only_final(), vec![file_name(&meta)]);
         assert_eq!(
@@ -652,7 +695,10 @@ pub(crate) mod tests {
 
         // Another directory's file (not a received temporary) is copied, not moved.
         let other = SnapshotFile::open(&path).unwrap().1;
-        adopt(other, dst.path(), &meta).unwrap().publish().unwrap();
+        adopt(&real(), other, dst.path(), &meta)
+            .unwrap()
+            .publish()
+            .unwrap();
         assert!(path.exists());
     }
 
@@ -686,7 +732,7 @@ pub(crate) mod tests {
     fn a_received_snapshot_cut_short_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let whole = fs::read(write_now(d.path(), &meta_at(10), &entries_of(3000, 1024))).unwrap();
-        let mut short = Incoming::create(d.path()).unwrap();
+        let mut short = Incoming::create(&real(), d.path()).unwrap();
         short.append(&whole[..whole.len() - 100]).unwrap();
         let short = short.finish().unwrap();
         assert!(short.check(&meta_at(10)).is_err());
@@ -714,15 +760,15 @@ pub(crate) mod tests {
             }
             let last = meta(round * 10 + 6);
             let (a, b) = std::thread::scope(|s| {
-                let a = s.spawn(|| remove_through(d.path(), &last));
-                let b = s.spawn(|| remove_through(d.path(), &last));
+                let a = s.spawn(|| remove_through(&RealFs, d.path(), &last));
+                let b = s.spawn(|| remove_through(&RealFs, d.path(), &last));
                 (a.join().unwrap(), b.join().unwrap())
             });
             a.unwrap_or_else(|e| panic!("round {round}: {e}"));
             b.unwrap_or_else(|e| panic!("round {round}: {e}"));
-            assert_eq!(snapshot_files(d.path()).unwrap().len(), 1);
+            assert_eq!(snapshot_files(&RealFs, d.path()).unwrap().len(), 1);
         }
-        assert!(remove_in_steps(&d.path().join("gone.snap")).is_ok());
+        assert!(remove_in_steps(&RealFs, &d.path().join("gone.snap")).is_ok());
     }
 
     /// A removal interrupted by a crash leaves a short temporary, never a short snapshot: the
@@ -734,7 +780,7 @@ pub(crate) mod tests {
         let d = tempfile::tempdir().unwrap();
         write_now(d.path(), &meta_at(10), &entries_of(10, 8));
         let newest = write_now(d.path(), &meta_at(20), &entries_of(10, 8));
-        let retired = retire(&newest).unwrap().unwrap();
+        let retired = retire(&RealFs, &newest).unwrap().unwrap();
         // The crash: the first shrinking step done, the unlink not.
         fs::OpenOptions::new()
             .write(true)
@@ -742,26 +788,26 @@ pub(crate) mod tests {
             .unwrap()
             .set_len(0)
             .unwrap();
-        assert_eq!(latest(d.path()).unwrap().unwrap().0, meta_at(10));
-        remove_temporaries(d.path()).unwrap();
+        assert_eq!(latest(&RealFs, d.path()).unwrap().unwrap().0, meta_at(10));
+        remove_temporaries(&RealFs, d.path()).unwrap();
         assert!(!retired.exists());
         assert!(
-            retire(&newest).unwrap().is_none(),
+            retire(&RealFs, &newest).unwrap().is_none(),
             "gone: nothing to retire"
         );
 
         // What the rename prevents: a short file under the newest snapshot's name.
         fs::write(d.path().join(file_name(&meta_at(30))), b"").unwrap();
-        assert!(latest(d.path()).is_err());
+        assert!(latest(&RealFs, d.path()).is_err());
     }
 
     #[test]
     fn temporaries_are_cleaned_only_on_request() {
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join("0000000000000001.snap.tmp"), b"half").unwrap();
-        assert!(latest(d.path()).unwrap().is_none());
+        assert!(latest(&RealFs, d.path()).unwrap().is_none());
         assert!(d.path().join("0000000000000001.snap.tmp").exists());
-        remove_temporaries(d.path()).unwrap();
+        remove_temporaries(&RealFs, d.path()).unwrap();
         assert!(!d.path().join("0000000000000001.snap.tmp").exists());
     }
 }

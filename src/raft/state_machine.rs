@@ -73,6 +73,7 @@ use crate::proto::kvdpb::{
     InternalResponse, MemberAttributes,
 };
 use crate::raft::lessor::Lessor;
+use crate::wal::{RealFs, WalFs};
 
 pub(super) const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
 pub(super) const META_MEMBERSHIP: &[u8] = b"raft/membership";
@@ -96,6 +97,9 @@ pub struct MemberAttrs {
 pub struct SmShared {
     pub mvcc: MvccStore,
     snap_dir: PathBuf,
+    /// What snapshot files and engine generations are written, synced, renamed and removed
+    /// through (`wal::durable`); the real file system outside tests.
+    fs: Arc<dyn WalFs>,
     /// Serializes snapshot file I/O: a build, an install and a read of the newest snapshot
     /// may otherwise race (one removing the file another is about to read).
     snap_io: std::sync::Mutex<()>,
@@ -154,10 +158,11 @@ impl StateMachine {
 
     /// Like [`open`](Self::open), with the engine opened with `engine` (its memory budget).
     pub fn open_with(dir: &Path, engine: EngineOptions) -> Result<Self, StoreError> {
+        let fs: Arc<dyn WalFs> = Arc::new(RealFs);
         let snap_dir = dir.join("snap");
-        crate::wal::create_dir_durable(&crate::wal::RealFs, &snap_dir)?;
-        let db_dir = super::engine_dir::open_current(dir)?;
-        snapshot_file::remove_temporaries(&snap_dir)?;
+        crate::wal::create_dir_durable(fs.as_ref(), &snap_dir)?;
+        let db_dir = super::engine_dir::open_current(fs.as_ref(), dir)?;
+        snapshot_file::remove_temporaries(fs.as_ref(), &snap_dir)?;
         let mvcc = MvccStore::open(StoreEngine::open_with(&db_dir, engine)?)?;
         let (applied_tx, _) = watch::channel(0);
         let (revision_tx, _) = watch::channel(mvcc.current_revision());
@@ -165,6 +170,7 @@ impl StateMachine {
             shared: Arc::new(SmShared {
                 mvcc,
                 snap_dir,
+                fs,
                 snap_io: std::sync::Mutex::new(()),
                 install_gate: tokio::sync::RwLock::new(()),
                 lessor: Lessor::default(),
@@ -193,7 +199,9 @@ impl StateMachine {
         // The legacy marker: set by versions whose load did not keep its own.
         let interrupted = self.shared.mvcc.load_interrupted()?
             || self.shared.mvcc.get_meta(META_INSTALLING)?.is_some();
-        let Some((meta, path)) = snapshot_file::latest(&self.shared.snap_dir)? else {
+        let Some((meta, path)) =
+            snapshot_file::latest(self.shared.fs.as_ref(), &self.shared.snap_dir)?
+        else {
             if interrupted {
                 // Only a roll back to empty loads without a snapshot file.
                 tracing::warn!("interrupted roll back of the state machine: redoing it");
@@ -212,7 +220,7 @@ impl StateMachine {
         self.make_engine_durable()?;
         crash_point(self.shared.mvcc.engine())?;
         let _io = self.shared.snap_io.lock().unwrap();
-        snapshot_file::remove_through(&self.shared.snap_dir, &meta)?;
+        snapshot_file::remove_through(self.shared.fs.as_ref(), &self.shared.snap_dir, &meta)?;
         Ok(())
     }
 
@@ -247,7 +255,7 @@ impl StateMachine {
     /// what must precede removing a snapshot file that the engine's state replaces.
     fn make_engine_durable(&self) -> Result<(), StoreError> {
         self.shared.mvcc.engine().flush()?;
-        super::engine_dir::sync_engine(&self.db_dir())?;
+        super::engine_dir::sync_engine(self.shared.fs.as_ref(), &self.db_dir())?;
         Ok(())
     }
 
@@ -591,7 +599,7 @@ impl StateMachine {
 
     /// A new received snapshot file in the snapshot directory (see `snapshot_stream`).
     pub fn receive_snapshot(&self) -> Result<snapshot_file::Incoming, StoreError> {
-        snapshot_file::Incoming::create(&self.shared.snap_dir)
+        snapshot_file::Incoming::create(&self.shared.fs, &self.shared.snap_dir)
     }
 
     /// Replaces the state with `entries`, crash-atomically (see `MvccStore::load_from`): a
@@ -795,11 +803,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // so reads and defragmentation go on meanwhile.
         let t0 = std::time::Instant::now();
         let dir = self.shared.snap_dir.clone();
+        let fs = self.shared.fs.clone();
         let checked_meta = meta.clone();
         let checked = tokio::task::spawn_blocking(move || match snapshot {
-            SnapshotData::File(file) => snapshot_file::adopt(file, &dir, &checked_meta),
+            SnapshotData::File(file) => snapshot_file::adopt(&fs, file, &dir, &checked_meta),
             // Another member's image (openraft's storage suite installs these).
-            SnapshotData::Live(live) => live.write_file(&dir),
+            SnapshotData::Live(live) => live.write_file(&fs, &dir),
         })
         .await
         .map_err(io::Error::other)??;
@@ -821,7 +830,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             // Once the engine is durable, the file is no longer needed for a restart.
             self.make_engine_durable()?;
             crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
-            snapshot_file::remove_through(&self.shared.snap_dir, meta)?;
+            snapshot_file::remove_through(self.shared.fs.as_ref(), &self.shared.snap_dir, meta)?;
             tracing::info!(
                 index = meta.last_log_id.map_or(0, |l| l.index),
                 bytes,
@@ -888,7 +897,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             // Taking the image persisted the pending buffer; this makes it durable.
             shared.mvcc.engine().flush()?;
             let _io = shared.snap_io.lock().unwrap();
-            snapshot_file::remove_through(&shared.snap_dir, &file_meta)?;
+            snapshot_file::remove_through(shared.fs.as_ref(), &shared.snap_dir, &file_meta)?;
             tracing::debug!(
                 index = file_meta.last_log_id.map_or(0, |l| l.index),
                 flush_ms = t0.elapsed().as_millis() as u64,

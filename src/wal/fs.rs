@@ -1,5 +1,6 @@
-//! The narrow file-system interface the WAL needs, so that tests can swap in
-//! `wal::simfs::SimFs` (test builds only) and simulate power loss.
+//! The narrow file-system interface the WAL (and every file kvd writes itself) needs, so that
+//! tests can swap in `wal::simfs::SimFs` (test builds only) and simulate power loss. The
+//! durable operations built on it are in `wal::durable`.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -27,6 +28,11 @@ pub trait WalFile: Send {
     fn resume_at(&mut self, end: u64);
     /// fdatasync: data and the metadata needed to read it back (the size).
     fn sync_data(&mut self) -> io::Result<()>;
+    /// fsync: data and all metadata. Where only `sync_data`'s guarantee is modelled (the
+    /// simulation), the same as it.
+    fn sync_all(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
 }
 
 /// Directory-level operations. Object safe; shared across threads.
@@ -46,17 +52,34 @@ pub trait WalFs: Send + Sync {
     }
     /// Creates a new, empty file; fails if it already exists.
     fn create_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>>;
+    /// Like `create_file`, with the permission bits `mode` (before the umask) from the start,
+    /// so that no one can open it before they apply. The simulation has no permissions.
+    fn create_file_with_mode(&self, path: &Path, mode: u32) -> io::Result<Box<dyn WalFile>> {
+        let _ = mode;
+        self.create_file(path)
+    }
     /// Opens an existing file for writing at its end.
     fn open_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>>;
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes creations, removals and renames of entries in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Whether `path` is a directory (false if it does not exist).
+    fn is_dir(&self, path: &Path) -> bool;
+    /// fsyncs the file at `path`, written by someone else (another handle, another library).
+    fn sync_file(&self, path: &Path) -> io::Result<()>;
+    /// Removes `dir` and everything under it; durable once `dir`'s parent is synced.
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()>;
 }
 
 /// The real file system (std::fs; `sync_data` is fdatasync).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
+
+/// [`RealFs`] as the shared handle components hold.
+pub fn real_fs() -> std::sync::Arc<dyn WalFs> {
+    std::sync::Arc::new(RealFs)
+}
 
 struct RealFile {
     file: File,
@@ -83,6 +106,9 @@ impl WalFile for RealFile {
     }
     fn sync_data(&mut self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    fn sync_all(&mut self) -> io::Result<()> {
+        self.file.sync_all()
     }
     fn allocate(&mut self, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
@@ -130,6 +156,15 @@ impl WalFs for RealFs {
         let file = OpenOptions::new().write(true).create_new(true).open(path)?;
         Ok(Box::new(RealFile { file, len: 0 }))
     }
+    fn create_file_with_mode(&self, path: &Path, mode: u32) -> io::Result<Box<dyn WalFile>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)?;
+        Ok(Box::new(RealFile { file, len: 0 }))
+    }
     fn open_file(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
         let file = OpenOptions::new().write(true).open(path)?;
         let len = file.metadata()?.len();
@@ -144,108 +179,13 @@ impl WalFs for RealFs {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
-}
-
-/// Creates `dir` and any missing ancestors, fsyncing the parent of each directory it creates
-/// (top-down), so the new entries survive a power loss: a file fsynced inside a directory
-/// whose own entry was never made durable can vanish with it. Every directory kvd creates
-/// goes through this (the WAL layer is the lowest one, so all layers can use it).
-pub fn create_dir_durable(fs: &dyn WalFs, dir: &Path) -> io::Result<()> {
-    let mut missing = Vec::new();
-    for d in dir.ancestors().filter(|d| !d.as_os_str().is_empty()) {
-        match fs.list_dir(d) {
-            Ok(_) => break,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(d),
-            Err(e) => return Err(e),
-        }
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
     }
-    for d in missing.into_iter().rev() {
-        fs.create_dir_all(d)?;
-        let parent = match d.parent() {
-            None => continue,
-            Some(p) if p.as_os_str().is_empty() => Path::new("."),
-            Some(p) => p,
-        };
-        fs.sync_dir(parent)?;
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
     }
-    Ok(())
-}
-
-/// fsyncs the directory `dir`, making the creations, removals and renames of its entries
-/// durable (a file fsynced under a name whose entry is not durable can vanish with a power
-/// loss).
-pub fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// The directory holding `path`'s entry (`.` for a bare file name).
-fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
-/// Renames `from` (a file already fsynced) to `to` and fsyncs `to`'s directory, so that a
-/// power loss after it returns leaves the file under its new name. Both names must be in one
-/// directory: only that directory is synced.
-pub fn rename_durable(fs: &dyn WalFs, from: &Path, to: &Path) -> io::Result<()> {
-    fs.rename(from, to)?;
-    fs.sync_dir(parent_dir(to))
-}
-
-/// Replaces the small file `path` with `bytes` so that a power loss leaves the old content or
-/// the new one, never a mix or nothing: a temporary sibling written and fsynced, renamed over
-/// `path`, then the directory fsynced.
-pub fn write_file_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    rename_durable(&RealFs, &tmp, path)
-}
-
-#[cfg(test)]
-mod tests {
-    use rand::rngs::StdRng;
-    use rand::SeedableRng;
-
-    use super::*;
-    use crate::wal::SimFs;
-
-    /// A file renamed into place by [`rename_durable`] survives every simulated power loss
-    /// under its new name, whole.
-    #[test]
-    fn a_durable_rename_survives_a_power_loss() {
-        let root = Path::new("/d");
-        let (part, done) = (root.join("backup.db.part"), root.join("backup.db"));
-        for seed in 0..64 {
-            let fs = SimFs::new();
-            fs.create_dir_all(root).unwrap();
-            fs.sync_dir(Path::new("/")).unwrap();
-            let mut f = fs.create_file(&part).unwrap();
-            f.append(b"the whole backup").unwrap();
-            f.sync_data().unwrap();
-            drop(f);
-            rename_durable(&fs, &part, &done).unwrap();
-            fs.crash(&mut StdRng::seed_from_u64(seed));
-            assert_eq!(
-                fs.file_contents(&done).as_deref(),
-                Some(&b"the whole backup"[..]),
-                "seed {seed}"
-            );
-            assert_eq!(fs.file_contents(&part), None, "seed {seed}");
-        }
-    }
-
-    #[test]
-    fn a_bare_file_name_is_in_the_current_directory() {
-        assert_eq!(parent_dir(Path::new("snap.db")), Path::new("."));
-        assert_eq!(parent_dir(Path::new("/x/snap.db")), Path::new("/x"));
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(dir)
     }
 }

@@ -103,6 +103,7 @@
 
 pub mod backend;
 pub mod diskcheck;
+pub mod durable;
 mod flusher;
 pub mod format;
 pub mod fs;
@@ -126,9 +127,11 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
 pub use backend::WalBackend;
-pub use fs::{
-    create_dir_durable, fsync_dir, rename_durable, write_file_durable, RealFs, WalFile, WalFs,
+pub use durable::{
+    create_dir_durable, remove_dir_all_durable, rename_durable, sync_tree, write_file_durable,
+    write_file_durable_with_mode,
 };
+pub use fs::{real_fs, RealFs, WalFile, WalFs};
 #[cfg(any(test, feature = "testkit"))]
 pub use simfs::SimFs;
 

@@ -48,8 +48,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::durable::create_dir_durable;
 use super::format::{self, Frame, HeaderProblem, FRAME_HEADER_LEN, HEADER_LEN};
-use super::fs::{create_dir_durable, WalFile, WalFs};
+use super::fs::{WalFile, WalFs};
 use super::locator::{Loc, Locator};
 use super::{segment_path, Record, WalError};
 

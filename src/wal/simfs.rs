@@ -12,12 +12,16 @@
 //!   grown, it is cut at a random point between the durable and live length.
 //!   Bytes that were durable are never damaged.
 //!
+//! A directory renamed (the whole tree moves) may be found back under its old name
+//! at a crash until the new name's parent is synced.
+//!
 //! A directory is like a directory entry: durable once its parent is synced
-//! (a root is always durable). At a crash a non-durable directory survives or
-//! vanishes, and everything under a vanished directory vanishes with it.
+//! (a root is always durable). At a crash a directory created or removed since
+//! that sync survives or vanishes, and everything under a vanished directory
+//! vanishes with it; a removed directory that survives comes back empty.
 //!
 //! Failpoints: [`SimFs::fail_after`] makes the n-th mutating operation (write,
-//! set_len, allocate, sync, create, remove, rename, sync_dir) and every one after it fail,
+//! set_len, allocate, sync, create, remove (a file or a directory tree), rename, sync_dir) and every one after it fail,
 //! i.e. the machine stops doing I/O at that point; [`SimFs::fail_once_after`]
 //! fails only that one operation. [`SimFs::crash`] clears failpoints and
 //! invalidates every handle opened before it.
@@ -60,6 +64,8 @@ struct State {
     durable_names: BTreeMap<PathBuf, u64>,
     dirs: BTreeSet<PathBuf>,
     durable_dirs: BTreeSet<PathBuf>,
+    /// Directory renames (from, to) not yet made durable by a sync of `to`'s parent.
+    dir_renames: Vec<(PathBuf, PathBuf)>,
     generation: u64,
     fail: Option<FailPoint>,
     mutating_ops: u64,
@@ -67,6 +73,33 @@ struct State {
 }
 
 impl State {
+    /// Moves the directory `from`, and everything under it, live and durable, to `to`.
+    fn move_tree(&mut self, from: &Path, to: &Path) {
+        let moved = |p: &PathBuf| to.join(p.strip_prefix(from).expect("under from"));
+        for names in [&mut self.live_names, &mut self.durable_names] {
+            let under: Vec<PathBuf> = names
+                .keys()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for p in under {
+                let ino = names.remove(&p).expect("listed");
+                names.insert(moved(&p), ino);
+            }
+        }
+        for dirs in [&mut self.dirs, &mut self.durable_dirs] {
+            let under: Vec<PathBuf> = dirs
+                .iter()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for p in under {
+                dirs.remove(&p);
+                dirs.insert(moved(&p));
+            }
+        }
+    }
+
     /// Counts a mutating op and decides whether the failpoint fires for it.
     fn tick(&mut self, what: &'static str) -> io::Result<()> {
         self.mutating_ops += 1;
@@ -181,6 +214,12 @@ impl SimFs {
     pub fn crash<R: Rng + ?Sized>(&self, rng: &mut R) {
         let mut st = self.lock();
         let st = &mut *st;
+        // A directory rename not made durable happened or did not, its contents with it.
+        for (from, to) in std::mem::take(&mut st.dir_renames).into_iter().rev() {
+            if rng.gen_bool(0.5) {
+                st.move_tree(&to, &from);
+            }
+        }
         let paths: BTreeSet<PathBuf> = st
             .live_names
             .keys()
@@ -200,11 +239,13 @@ impl SimFs {
                 names.insert(p, ino);
             }
         }
-        // Sorted order visits a parent before its children.
+        // Sorted order visits a parent before its children. A directory created or removed
+        // since its parent's last sync independently survives or vanishes.
         let mut dirs = BTreeSet::new();
-        for d in &st.dirs {
+        for d in st.dirs.union(&st.durable_dirs) {
             let parent_ok = d.parent().is_none_or(|p| dirs.contains(p));
-            if parent_ok && (st.durable_dirs.contains(d) || rng.gen_bool(0.5)) {
+            let settled = st.dirs.contains(d) && st.durable_dirs.contains(d);
+            if parent_ok && (settled || rng.gen_bool(0.5)) {
                 dirs.insert(d.clone());
             }
         }
@@ -367,6 +408,7 @@ impl WalFs for SimFs {
         Ok(st
             .live_names
             .keys()
+            .chain(st.dirs.iter())
             .filter(|p| p.parent() == Some(dir))
             .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
             .collect())
@@ -418,6 +460,19 @@ impl WalFs for SimFs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut st = self.lock();
         st.tick("rename")?;
+        if st.dirs.contains(from) {
+            // Modelled as the directory moving with everything in it; until `to`'s parent is
+            // synced, a crash may undo the move (see `crash`).
+            if st.dirs.contains(to) || st.live_names.contains_key(to) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{}", to.display()),
+                ));
+            }
+            st.move_tree(from, to);
+            st.dir_renames.push((from.to_path_buf(), to.to_path_buf()));
+            return Ok(());
+        }
         let ino = st.live_names.remove(from).ok_or_else(|| not_found(from))?;
         st.live_names.insert(to.to_path_buf(), ino);
         Ok(())
@@ -432,11 +487,37 @@ impl WalFs for SimFs {
                 st.durable_names.insert(p.clone(), *ino);
             }
         }
+        st.durable_dirs
+            .retain(|d| d.parent() != Some(dir) || st.dirs.contains(d));
+        st.dir_renames.retain(|(_, to)| to.parent() != Some(dir));
         for d in &st.dirs {
             if d.parent() == Some(dir) {
                 st.durable_dirs.insert(d.clone());
             }
         }
+        Ok(())
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.lock().dirs.contains(path)
+    }
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        let mut file = self.open_file(path)?;
+        file.sync_data()
+    }
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut st = self.lock();
+        st.tick("remove")?;
+        if !st.dirs.contains(dir) {
+            return Err(not_found(dir));
+        }
+        // Modelled as unlinking everything inside (durably: a directory that comes back with a
+        // power loss comes back empty, as a new one made in its place is) and then the
+        // directory, whose own entry is durable once its parent is synced.
+        let inside = |p: &Path| p.starts_with(dir);
+        st.live_names.retain(|p, _| !inside(p));
+        st.durable_names.retain(|p, _| !inside(p));
+        st.dirs.retain(|d| !inside(d));
+        st.durable_dirs.retain(|d| d == dir || !inside(d));
         Ok(())
     }
 }

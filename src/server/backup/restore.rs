@@ -23,7 +23,8 @@ use crate::mvcc::{EtcdEntries, MvccError, Pairs, META_TREE};
 use crate::raft::backup::write_restored;
 use crate::raft::{Member, StoreError};
 use crate::server::config::{parse_initial_cluster, split_urls};
-use crate::server::lifecycle::identity;
+use crate::server::lifecycle::identity::{self, Identity};
+use crate::wal::{create_dir_durable, rename_durable, RealFs, WalFs};
 
 use super::{has_trailer, BackupError, TRAILER_LEN};
 
@@ -78,10 +79,12 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
         auth,
     } = read_small_buckets(&o.file)?;
 
+    // The engine is sled's, on the real file system: so is everything kvd writes beside it.
+    let fs = &RealFs;
     let part = part_dir(&o.data_dir);
-    if part.exists() {
+    if fs.is_dir(&part) {
         // Left by a restore that crashed: never renamed, so never used.
-        std::fs::remove_dir_all(&part).map_err(BackupError::io(&part))?;
+        fs.remove_dir_all(&part).map_err(BackupError::io(&part))?;
     }
     let member = part.join("member");
     let members: BTreeMap<u64, Member> = ident
@@ -94,9 +97,8 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
             (*id, m)
         })
         .collect();
-    crate::wal::create_dir_durable(&crate::wal::RealFs, &part).map_err(BackupError::io(&part))?;
-    crate::wal::create_dir_durable(&crate::wal::RealFs, &member)
-        .map_err(BackupError::io(&member))?;
+    create_dir_durable(fs, &part).map_err(BackupError::io(&part))?;
+    create_dir_durable(fs, &member).map_err(BackupError::io(&member))?;
     let content = |source| BackupError::Content {
         path: o.file.clone(),
         source,
@@ -129,19 +131,13 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
             ),
     );
     if let Err(e) = written {
-        let _ = std::fs::remove_dir_all(&part);
+        let _ = fs.remove_dir_all(&part);
         return Err(failure.unwrap_or(BackupError::Store(e)));
     }
     let (revision, keys) = (entries.current(), entries.history_len());
-    identity::store(&member, &ident).map_err(BackupError::io(&member))?;
-    std::fs::rename(&part, &o.data_dir).map_err(BackupError::io(&o.data_dir))?;
-    if let Some(parent) = o.data_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::File::open(parent)
-            .and_then(|d| d.sync_all())
-            .map_err(BackupError::io(parent))?;
-    }
+    put_in_place(fs, &part, &o.data_dir, &ident)?;
     if let Some(w) = &o.wal_dir {
-        crate::wal::create_dir_durable(&crate::wal::RealFs, w).map_err(BackupError::io(w))?;
+        create_dir_durable(fs, w).map_err(BackupError::io(w))?;
         crate::server::lifecycle::wal_home::name(w, ident.cluster_id, ident.member_id)
             .map_err(BackupError::io(w))?;
     }
@@ -152,6 +148,20 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
         revision,
         keys,
     })
+}
+
+/// The last steps of a restore, once the member's state machine under `part` is durable: its
+/// identity written durably, then `part` renamed to `data_dir` and their directory fsynced.
+/// A power loss before the rename is durable leaves no data dir; after it, the whole one.
+fn put_in_place(
+    fs: &dyn WalFs,
+    part: &Path,
+    data_dir: &Path,
+    ident: &Identity,
+) -> Result<(), BackupError> {
+    let member = part.join("member");
+    identity::store(fs, &member, ident).map_err(BackupError::io(&member))?;
+    rename_durable(fs, part, data_dir).map_err(BackupError::io(data_dir))
 }
 
 fn part_dir(data_dir: &Path) -> PathBuf {
@@ -353,3 +363,7 @@ fn read_small_buckets(path: &Path) -> Result<Small, BackupError> {
 #[cfg(test)]
 #[path = "restore_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "restore_power_loss_tests.rs"]
+mod power_loss_tests;

@@ -1,5 +1,6 @@
 //! A member's identity: member id, cluster id and name, fixed at first start and kept in
-//! `member/member.json` (written to a temp file, fsynced, renamed, directory fsynced).
+//! `member/member.json` (`wal::write_file_durable`: a temp file, fsynced, renamed, directory
+//! fsynced).
 //!
 //! A restarted member uses its stored identity and ignores `--initial-cluster*`, as etcd does.
 //! A member joining an existing cluster (`--initial-cluster-state existing`) asks its peers
@@ -16,6 +17,7 @@ use crate::raft::network::Channels;
 use crate::raft::Member;
 use crate::server::config::{compute_cluster_id, compute_member_id, ClusterState, Config};
 use crate::server::ServerError;
+use crate::wal::{RealFs, WalFs};
 
 const FORMAT: u32 = 1;
 const FILE: &str = "member.json";
@@ -69,7 +71,7 @@ pub async fn load_or_create(
             }
         }
     };
-    store(dir, &ident)?;
+    store(&RealFs, dir, &ident)?;
     Ok((ident, true))
 }
 
@@ -95,10 +97,11 @@ pub fn new_cluster(
     }
 }
 
-/// Writes `ident` as `dir/member.json`: a temp file, fsynced, renamed, directory fsynced.
-pub fn store(dir: &Path, ident: &Identity) -> std::io::Result<()> {
+/// Writes `ident` as `dir/member.json` through `fs` (`wal::write_file_durable`: a temp file,
+/// fsynced, renamed, directory fsynced).
+pub fn store(fs: &dyn WalFs, dir: &Path, ident: &Identity) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(ident).expect("serializable");
-    crate::wal::write_file_durable(&dir.join(FILE), &json)
+    crate::wal::write_file_durable(fs, &dir.join(FILE), &json)
 }
 
 /// Asks the other members of `--initial-cluster` which id this member was added under.

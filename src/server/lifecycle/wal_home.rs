@@ -107,6 +107,7 @@ pub fn name(wal: &Path, cluster_id: u64, member_id: u64) -> std::io::Result<()> 
         return Ok(());
     }
     crate::wal::write_file_durable(
+        &crate::wal::RealFs,
         &wal.join(NAME_FILE),
         name_of(cluster_id, member_id).as_bytes(),
     )

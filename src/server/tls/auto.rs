@@ -5,14 +5,16 @@
 //! Invariants:
 //! - An existing pair is reused (etcd returns early when both files exist), so a restarted
 //!   member keeps its certificate.
-//! - The key file is written with mode 0600 before its contents.
+//! - The key file is created with mode 0600, before its contents are written.
+//! - Each file is written durably (`wal::write_file_durable_with_mode`: temporary, fsync,
+//!   rename, directory fsync), key first: a power loss leaves no pair, the key alone (both are
+//!   generated again), or the whole pair, never an empty or partial file under its name.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::TlsError;
+use crate::wal::{create_dir_durable, write_file_durable_with_mode, RealFs};
 
 /// Where a generated pair lives: (cert, key).
 pub fn paths(dir: &Path) -> (PathBuf, PathBuf) {
@@ -20,19 +22,12 @@ pub fn paths(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn write(path: &Path, data: &str, mode: u32) -> Result<(), TlsError> {
-    let werr = |source| TlsError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)
-        .map_err(werr)?;
-    f.write_all(data.as_bytes()).map_err(werr)?;
-    f.sync_all().map_err(werr)
+    write_file_durable_with_mode(&RealFs, path, data.as_bytes(), mode).map_err(|source| {
+        TlsError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// The pair in `dir`, generated unless both files exist. `hosts` are the host names and IP
@@ -46,7 +41,7 @@ pub fn self_cert(
     if cert.exists() && key.exists() {
         return Ok((cert, key));
     }
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+    create_dir_durable(&RealFs, dir).map_err(|source| TlsError::Write {
         path: dir.to_path_buf(),
         source,
     })?;
@@ -67,4 +62,29 @@ pub fn self_cert(
     write(&cert, &c.pem(), 0o644)?;
     tracing::info!(cert = %cert.display(), "generated a self-signed certificate (auto TLS)");
     Ok((cert, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_generated_key_is_private_no_temporary_stays_and_the_pair_is_reused() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("fixtures/peer");
+        let (cert, key) = self_cert(&dir, &["localhost".to_string()], 1).unwrap();
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["cert.pem", "key.pem"]);
+        let before = std::fs::read(&cert).unwrap();
+        self_cert(&dir, &["localhost".to_string()], 1).unwrap();
+        assert_eq!(std::fs::read(&cert).unwrap(), before);
+    }
 }
