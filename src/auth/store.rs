@@ -29,6 +29,8 @@ use super::token::SimpleTokens;
 use crate::proto::authpb::{Permission, Role, User, UserAddOptions};
 use crate::proto::etcdserverpb::{request_op, RequestOp, TxnRequest};
 use crate::proto::kvdpb::{auth_request, internal_request, AuthRequest, InternalRequest};
+use crate::sync::LockExt;
+use crate::sync::RwLockExt;
 
 /// Meta key prefix of all auth state.
 pub const META_AUTH_PREFIX: &str = "auth/";
@@ -119,11 +121,11 @@ fn role_key(name: &str) -> Vec<u8> {
 
 impl AuthStore {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(|e| e.into_inner())
+        self.state.read_or_recover()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(|e| e.into_inner())
+        self.state.write_or_recover()
     }
 
     /// Replaces the state with the one stored under `entries` (the `auth/` meta keys).
@@ -162,7 +164,7 @@ impl AuthStore {
                 self.tokens.clear();
             }
             *cur = s;
-            self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            self.cache.lock_or_recover().clear();
         }
         self.revision_tx.send_replace(revision);
     }
@@ -292,7 +294,7 @@ impl AuthStore {
             return KeyCheck(Verdict::Any);
         }
         let perms = {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cache = self.cache.lock_or_recover();
             cache
                 .entry(ai.username.clone())
                 .or_insert_with(|| {
@@ -591,7 +593,7 @@ impl AuthStore {
                         META_REVISION.into(),
                         Some(s.revision.to_be_bytes().to_vec()),
                     ));
-                    self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    self.cache.lock_or_recover().clear();
                     let revision = s.revision;
                     drop(s);
                     self.revision_tx.send_replace(revision);

@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::raft::error::StoreError;
+#[cfg(test)]
+use crate::sync::LockExt;
 use crate::wal::fsync_dir;
 
 const FIRST: &str = "db";
@@ -158,9 +160,7 @@ pub fn switch_to(next: &Path) -> Result<(), StoreError> {
 fn sync_after_rename(sm_dir: &Path) -> io::Result<()> {
     #[cfg(test)]
     {
-        let mut failing = FAIL_SYNC_AFTER_RENAME
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut failing = FAIL_SYNC_AFTER_RENAME.lock_or_recover();
         if let Some(i) = failing.iter().position(|d| d == sm_dir) {
             failing.remove(i);
             return Err(io::Error::other("injected fsync failure"));
@@ -178,8 +178,7 @@ static FAIL_SYNC_AFTER_RENAME: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex
 #[cfg(test)]
 pub(crate) fn fail_sync_after_rename(sm_dir: &Path) {
     FAIL_SYNC_AFTER_RENAME
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_or_recover()
         .push(sm_dir.to_path_buf());
 }
 
@@ -226,8 +225,7 @@ fn sync_tree(dir: &Path) -> io::Result<()> {
 pub(crate) fn record_step(sm_dir: &Path, step: &'static str) {
     #[cfg(test)]
     STEPS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_or_recover()
         .entry(sm_dir.to_path_buf())
         .or_default()
         .push(step);
@@ -243,8 +241,7 @@ static STEPS: std::sync::Mutex<std::collections::BTreeMap<PathBuf, Vec<&'static 
 #[cfg(test)]
 pub(crate) fn steps(sm_dir: &Path) -> Vec<&'static str> {
     STEPS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_or_recover()
         .get(sm_dir)
         .cloned()
         .unwrap_or_default()

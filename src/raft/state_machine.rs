@@ -73,6 +73,7 @@ use crate::proto::kvdpb::{
     InternalResponse, MemberAttributes,
 };
 use crate::raft::lessor::Lessor;
+use crate::sync::LockExt;
 
 pub(super) const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
 pub(super) const META_MEMBERSHIP: &[u8] = b"raft/membership";
@@ -211,19 +212,14 @@ impl StateMachine {
         // process crashed).
         self.make_engine_durable()?;
         crash_point(self.shared.mvcc.engine())?;
-        let _io = self.shared.snap_io.lock().unwrap();
+        let _io = self.shared.snap_io.lock_or_recover();
         snapshot_file::remove_through(&self.shared.snap_dir, &meta)?;
         Ok(())
     }
 
     /// An error once writes are refused (see the module doc).
     pub(super) fn usable(&self) -> Result<(), StoreError> {
-        match &*self
-            .shared
-            .refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-        {
+        match &*self.shared.refused.lock_or_recover() {
             None => Ok(()),
             Some((dir, reason)) => Err(StoreError::SwitchUncertain {
                 dir: dir.clone(),
@@ -235,11 +231,7 @@ impl StateMachine {
     /// Refuses every write from now on with `e` (a [`StoreError::SwitchUncertain`]).
     pub(super) fn refuse_writes(&self, e: &StoreError) {
         if let StoreError::SwitchUncertain { dir, reason } = e {
-            *self
-                .shared
-                .refused
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some((dir.clone(), reason.clone()));
+            *self.shared.refused.lock_or_recover() = Some((dir.clone(), reason.clone()));
         }
     }
 
@@ -812,7 +804,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // (peer and client connections, Raft's core) must not wait for it.
         blocking(|| -> Result<(), io::Error> {
             // A build finishing now writes and removes snapshot files too.
-            let _io = self.shared.snap_io.lock().unwrap();
+            let _io = self.shared.snap_io.lock_or_recover();
             let _applying = ApplyingSnapshot::start();
             let path = checked.publish()?;
             crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
@@ -887,7 +879,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             let t0 = std::time::Instant::now();
             // Taking the image persisted the pending buffer; this makes it durable.
             shared.mvcc.engine().flush()?;
-            let _io = shared.snap_io.lock().unwrap();
+            let _io = shared.snap_io.lock_or_recover();
             snapshot_file::remove_through(&shared.snap_dir, &file_meta)?;
             tracing::debug!(
                 index = file_meta.last_log_id.map_or(0, |l| l.index),

@@ -9,6 +9,7 @@ use crate::metrics::{
 };
 use crate::raft::RaftNode;
 use crate::server::version::{COMMIT, LOG_FORMAT, VERSION};
+use crate::sync::LockExt;
 
 /// What a scrape reads from; cheap to clone into each HTTP handler.
 #[derive(Clone)]
@@ -209,8 +210,7 @@ pub fn render(s: &Scrape) -> String {
         ),
     ] {
         let peers: Vec<(String, u64)> = counter
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_or_recover()
             .iter()
             .map(|(id, n)| (format!("{id:x}"), *n))
             .collect();
