@@ -1,7 +1,7 @@
 //! The layer rule, checked on the source: dependencies point down,
 //! metrics ← wal ← mvcc ← raft ← server ← cmd, with `metrics` and `proto` (generated etcd and
-//! peer messages) as leaves any layer may use. A file in a layer may name its own layer and
-//! the layers below it, never one above. The test-only crate (`testkit/`) is named by tests
+//! peer messages) as leaves any layer may use, and `sync` (the lock-poison policy) below them
+//! all. A file in a layer may name its own layer and the layers below it, never one above. The test-only crate (`testkit/`) is named by tests
 //! only. The rule is about module paths, so it reads `crate::<module>` and `kvd::<module>`
 //! paths; grouped imports (`crate::{a, b}`) are refused so that every path is visible here.
 
