@@ -400,7 +400,25 @@ impl StateMachine {
             tracing::info!(format = f, "the cluster's log format is now {f}");
         }
         // Before any responder fires: a client that got its grant can keep it alive at once.
-        for (req, res) in reqs.iter().zip(&results) {
+        self.track_leases(&reqs, &results);
+
+        for ((_, responder), slot) in batch.into_iter().zip(slots) {
+            let Some(responder) = responder else { continue };
+            let resp = respond(slot, &mut results, &mut revoke_refusals, current);
+            responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
+        }
+        self.shared.applied_tx.send_replace(last.index);
+        self.shared.revision_tx.send_replace(current);
+        Ok(())
+    }
+
+    /// Tells the lessor which leases the batch's applied writes granted and revoked.
+    fn track_leases(
+        &self,
+        reqs: &[WriteRequest],
+        results: &[Result<WriteResponse, crate::mvcc::MvccError>],
+    ) {
+        for (req, res) in reqs.iter().zip(results) {
             match (req, res) {
                 (WriteRequest::LeaseGrant(g), Ok(_)) => self.shared.lessor.granted(g.id, g.ttl),
                 (WriteRequest::LeaseRevoke(r), Ok(_)) => self.shared.lessor.revoked(r.id),
@@ -408,69 +426,6 @@ impl StateMachine {
                 _ => {}
             }
         }
-
-        for ((_, responder), slot) in batch.into_iter().zip(slots) {
-            let Some(responder) = responder else { continue };
-            let resp = match slot {
-                Slot::Empty => InternalResponse {
-                    response: None,
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Alarm(a) => InternalResponse {
-                    response: Some(internal_response::Response::Alarm(a)),
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Auth(Ok(token)) => InternalResponse {
-                    response: Some(internal_response::Response::Auth(AuthResponse {
-                        token: token.unwrap_or_default(),
-                    })),
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Auth(Err(e)) => InternalResponse {
-                    response: Some(internal_response::Response::Error(e.to_string())),
-                    revision: current,
-                    error_code: e.kind() as i32,
-                },
-                Slot::Refused(code, msg) => InternalResponse {
-                    response: Some(internal_response::Response::Error(msg.to_string())),
-                    revision: current,
-                    error_code: code as i32,
-                },
-                Slot::Request(i) => match std::mem::replace(
-                    &mut results[i],
-                    Err(crate::mvcc::MvccError::Storage(String::new())),
-                ) {
-                    Ok(w) => {
-                        let (r, rev) = to_internal_response(w);
-                        InternalResponse {
-                            response: Some(r),
-                            revision: rev,
-                            ..Default::default()
-                        }
-                    }
-                    Err(e) => {
-                        let kind = match (&e, revoke_refusals[i].take()) {
-                            (crate::mvcc::MvccError::RevokeRefused, Some(a)) => {
-                                (a.to_string(), a.kind())
-                            }
-                            _ => (e.to_string(), e.kind()),
-                        };
-                        InternalResponse {
-                            response: Some(internal_response::Response::Error(kind.0)),
-                            revision: current,
-                            error_code: kind.1 as i32,
-                        }
-                    }
-                },
-            };
-            responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
-        }
-        self.shared.applied_tx.send_replace(last.index);
-        self.shared.revision_tx.send_replace(current);
-        Ok(())
     }
 
     /// Stops applying before an entry this build cannot apply, until the member stops: the
@@ -701,6 +656,69 @@ fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
         R::LeaseRevoke(r) => Some(WriteRequest::LeaseRevoke(r)),
         R::LeaseRevokeMany(r) => Some(WriteRequest::LeaseRevokeMany(r.ids)),
         R::Publish(_) | R::Alarm(_) | R::Auth(_) | R::ClusterFormat(_) => None,
+    }
+}
+
+/// The answer to one entry's proposer: its slot's outcome, with the write's result taken
+/// out of `results` and a revoke refused by auth told as auth's error.
+fn respond(
+    slot: Slot,
+    results: &mut [Result<WriteResponse, crate::mvcc::MvccError>],
+    revoke_refusals: &mut [Option<AuthError>],
+    current: i64,
+) -> InternalResponse {
+    match slot {
+        Slot::Empty => InternalResponse {
+            response: None,
+            revision: current,
+            ..Default::default()
+        },
+        Slot::Alarm(a) => InternalResponse {
+            response: Some(internal_response::Response::Alarm(a)),
+            revision: current,
+            ..Default::default()
+        },
+        Slot::Auth(Ok(token)) => InternalResponse {
+            response: Some(internal_response::Response::Auth(AuthResponse {
+                token: token.unwrap_or_default(),
+            })),
+            revision: current,
+            ..Default::default()
+        },
+        Slot::Auth(Err(e)) => InternalResponse {
+            response: Some(internal_response::Response::Error(e.to_string())),
+            revision: current,
+            error_code: e.kind() as i32,
+        },
+        Slot::Refused(code, msg) => InternalResponse {
+            response: Some(internal_response::Response::Error(msg.to_string())),
+            revision: current,
+            error_code: code as i32,
+        },
+        Slot::Request(i) => match std::mem::replace(
+            &mut results[i],
+            Err(crate::mvcc::MvccError::Storage(String::new())),
+        ) {
+            Ok(w) => {
+                let (r, rev) = to_internal_response(w);
+                InternalResponse {
+                    response: Some(r),
+                    revision: rev,
+                    ..Default::default()
+                }
+            }
+            Err(e) => {
+                let kind = match (&e, revoke_refusals[i].take()) {
+                    (crate::mvcc::MvccError::RevokeRefused, Some(a)) => (a.to_string(), a.kind()),
+                    _ => (e.to_string(), e.kind()),
+                };
+                InternalResponse {
+                    response: Some(internal_response::Response::Error(kind.0)),
+                    revision: current,
+                    error_code: kind.1 as i32,
+                }
+            }
+        },
     }
 }
 
