@@ -13,6 +13,7 @@
 //!
 //! Two leaves any layer may use: [`metrics`] (counters, histograms, the Prometheus text
 //! writer) and [`proto`] (the generated etcd and peer messages, and their bounded decoder).
+//! Below them all, [`sync`]: the lock-poison policy every module, leaves included, locks with.
 //! Test-only code lives in the `kvd-testkit` crate (`testkit/`), or behind the `testkit`
 //! feature, which only integration tests enable.
 
@@ -23,4 +24,5 @@ pub mod mvcc;
 pub mod proto;
 pub mod raft;
 pub mod server;
+pub mod sync;
 pub mod wal;

@@ -27,8 +27,17 @@ use super::error::AuthError;
 use super::perms::{same_range, UserPerms};
 use super::token::SimpleTokens;
 use crate::proto::authpb::{Permission, Role, User, UserAddOptions};
-use crate::proto::etcdserverpb::{request_op, RequestOp, TxnRequest};
-use crate::proto::kvdpb::{auth_request, internal_request, AuthRequest, InternalRequest};
+use crate::proto::etcdserverpb::{
+    request_op, AuthRoleAddRequest, AuthRoleDeleteRequest, AuthRoleGrantPermissionRequest,
+    AuthRoleRevokePermissionRequest, AuthUserAddRequest, AuthUserChangePasswordRequest,
+    AuthUserDeleteRequest, AuthUserGrantRoleRequest, AuthUserRevokeRoleRequest, RequestOp,
+    TxnRequest,
+};
+use crate::proto::kvdpb::{
+    auth_request, internal_request, AuthRequest, InternalAuthenticateRequest, InternalRequest,
+};
+use crate::sync::LockExt;
+use crate::sync::RwLockExt;
 
 /// Meta key prefix of all auth state.
 pub const META_AUTH_PREFIX: &str = "auth/";
@@ -119,11 +128,11 @@ fn role_key(name: &str) -> Vec<u8> {
 
 impl AuthStore {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(|e| e.into_inner())
+        self.state.read_or_recover()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(|e| e.into_inner())
+        self.state.write_or_recover()
     }
 
     /// Replaces the state with the one stored under `entries` (the `auth/` meta keys).
@@ -162,7 +171,7 @@ impl AuthStore {
                 self.tokens.clear();
             }
             *cur = s;
-            self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            self.cache.lock_or_recover().clear();
         }
         self.revision_tx.send_replace(revision);
     }
@@ -292,7 +301,7 @@ impl AuthStore {
             return KeyCheck(Verdict::Any);
         }
         let perms = {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cache = self.cache.lock_or_recover();
             cache
                 .entry(ai.username.clone())
                 .or_insert_with(|| {
@@ -422,165 +431,21 @@ impl AuthStore {
         let r = (|| -> Result<bool, AuthError> {
             match req.request.as_ref() {
                 None => Ok(false),
-                Some(A::Enable(_)) => {
-                    if s.enabled {
-                        return Ok(false);
-                    }
-                    let root = s.users.get(ROOT).ok_or(AuthError::RootUserNotExist)?;
-                    if !has_root_role(root) {
-                        return Err(AuthError::RootRoleNotExist);
-                    }
-                    s.enabled = true;
-                    w.push((META_ENABLED.into(), Some(vec![1])));
-                    tracing::info!("enabled authentication");
-                    Ok(true)
-                }
-                Some(A::Disable(_)) => {
-                    if !s.enabled {
-                        return Ok(false);
-                    }
-                    s.enabled = false;
-                    self.tokens.clear();
-                    w.push((META_ENABLED.into(), Some(vec![0])));
-                    tracing::info!("disabled authentication");
-                    Ok(true)
-                }
+                Some(A::Enable(_)) => self.enable(&mut s, &mut w),
+                Some(A::Disable(_)) => self.disable(&mut s, &mut w),
                 Some(A::Authenticate(a)) => {
-                    if !s.enabled {
-                        return Err(AuthError::AuthNotEnabled);
-                    }
-                    if !s.users.contains_key(&a.name) {
-                        return Err(AuthError::AuthFailed);
-                    }
-                    if !a.simple_token.is_empty() {
-                        let t = format!("{}.{index}", a.simple_token);
-                        self.tokens.assign(t.clone(), a.name.clone());
-                        token = Some(t);
-                    }
+                    token = self.authenticate(&s, a, index)?;
                     Ok(false)
                 }
-                Some(A::UserAdd(u)) => {
-                    if u.name.is_empty() {
-                        return Err(AuthError::UserEmpty);
-                    }
-                    if s.users.contains_key(&u.name) {
-                        return Err(AuthError::UserAlreadyExist);
-                    }
-                    let user = User {
-                        name: u.name.clone().into_bytes(),
-                        password: u.hashed_password.clone().into_bytes(),
-                        roles: Vec::new(),
-                        options: Some(u.options.unwrap_or(UserAddOptions { no_password: false })),
-                    };
-                    w.push((user_key(&u.name), Some(user.encode_to_vec())));
-                    s.users.insert(u.name.clone(), user);
-                    tracing::info!(user = %u.name, "added a user");
-                    Ok(true)
-                }
-                Some(A::UserDelete(u)) => {
-                    if s.enabled && u.name == ROOT {
-                        return Err(AuthError::InvalidAuthMgmt);
-                    }
-                    s.users.remove(&u.name).ok_or(AuthError::UserNotFound)?;
-                    w.push((user_key(&u.name), None));
-                    self.tokens.invalidate_user(&u.name);
-                    tracing::info!(user = %u.name, "deleted a user");
-                    Ok(true)
-                }
-                Some(A::UserChangePassword(u)) => {
-                    let user = s.users.get_mut(&u.name).ok_or(AuthError::UserNotFound)?;
-                    user.password = u.hashed_password.clone().into_bytes();
-                    w.push((user_key(&u.name), Some(user.encode_to_vec())));
-                    self.tokens.invalidate_user(&u.name);
-                    tracing::info!(user = %u.name, "changed a password of a user");
-                    Ok(true)
-                }
-                Some(A::UserGrantRole(g)) => {
-                    if !s.users.contains_key(&g.user) {
-                        return Err(AuthError::UserNotFound);
-                    }
-                    if g.role != ROOT && !s.roles.contains_key(&g.role) {
-                        return Err(AuthError::RoleNotFound);
-                    }
-                    let user = s.users.get_mut(&g.user).expect("checked above");
-                    let Err(i) = user.roles.binary_search(&g.role) else {
-                        return Ok(false);
-                    };
-                    user.roles.insert(i, g.role.clone());
-                    w.push((user_key(&g.user), Some(user.encode_to_vec())));
-                    Ok(true)
-                }
-                Some(A::UserRevokeRole(g)) => {
-                    if s.enabled && g.name == ROOT && g.role == ROOT {
-                        return Err(AuthError::InvalidAuthMgmt);
-                    }
-                    let user = s.users.get_mut(&g.name).ok_or(AuthError::UserNotFound)?;
-                    let i = user
-                        .roles
-                        .iter()
-                        .position(|r| *r == g.role)
-                        .ok_or(AuthError::RoleNotGranted)?;
-                    user.roles.remove(i);
-                    w.push((user_key(&g.name), Some(user.encode_to_vec())));
-                    Ok(true)
-                }
-                Some(A::RoleAdd(r)) => {
-                    if r.name.is_empty() {
-                        return Err(AuthError::RoleEmpty);
-                    }
-                    if s.roles.contains_key(&r.name) {
-                        return Err(AuthError::RoleAlreadyExist);
-                    }
-                    let role = Role {
-                        name: r.name.clone().into_bytes(),
-                        key_permission: Vec::new(),
-                    };
-                    w.push((role_key(&r.name), Some(role.encode_to_vec())));
-                    s.roles.insert(r.name.clone(), role);
-                    Ok(true)
-                }
-                Some(A::RoleDelete(r)) => {
-                    if s.enabled && r.role == ROOT {
-                        return Err(AuthError::InvalidAuthMgmt);
-                    }
-                    s.roles.remove(&r.role).ok_or(AuthError::RoleNotFound)?;
-                    w.push((role_key(&r.role), None));
-                    for (name, u) in s.users.iter_mut() {
-                        if let Some(i) = u.roles.iter().position(|x| *x == r.role) {
-                            u.roles.remove(i);
-                            w.push((user_key(name), Some(u.encode_to_vec())));
-                        }
-                    }
-                    Ok(true)
-                }
-                Some(A::RoleGrantPermission(g)) => {
-                    let perm = g.perm.as_ref().ok_or(AuthError::PermissionNotGiven)?;
-                    let role = s.roles.get_mut(&g.name).ok_or(AuthError::RoleNotFound)?;
-                    match role
-                        .key_permission
-                        .iter_mut()
-                        .find(|p| same_range(p, &perm.key, &perm.range_end))
-                    {
-                        Some(p) => p.perm_type = perm.perm_type,
-                        None => {
-                            role.key_permission.push(perm.clone());
-                            role.key_permission.sort_by(|a, b| a.key.cmp(&b.key));
-                        }
-                    }
-                    w.push((role_key(&g.name), Some(role.encode_to_vec())));
-                    Ok(true)
-                }
-                Some(A::RoleRevokePermission(g)) => {
-                    let role = s.roles.get_mut(&g.role).ok_or(AuthError::RoleNotFound)?;
-                    let i = role
-                        .key_permission
-                        .iter()
-                        .position(|p| same_range(p, &g.key, &g.range_end))
-                        .ok_or(AuthError::PermissionNotGranted)?;
-                    role.key_permission.remove(i);
-                    w.push((role_key(&g.role), Some(role.encode_to_vec())));
-                    Ok(true)
-                }
+                Some(A::UserAdd(u)) => self.user_add(&mut s, &mut w, u),
+                Some(A::UserDelete(u)) => self.user_delete(&mut s, &mut w, u),
+                Some(A::UserChangePassword(u)) => self.user_change_password(&mut s, &mut w, u),
+                Some(A::UserGrantRole(g)) => self.user_grant_role(&mut s, &mut w, g),
+                Some(A::UserRevokeRole(g)) => self.user_revoke_role(&mut s, &mut w, g),
+                Some(A::RoleAdd(r)) => self.role_add(&mut s, &mut w, r),
+                Some(A::RoleDelete(r)) => self.role_delete(&mut s, &mut w, r),
+                Some(A::RoleGrantPermission(g)) => self.role_grant_permission(&mut s, &mut w, g),
+                Some(A::RoleRevokePermission(g)) => self.role_revoke_permission(&mut s, &mut w, g),
             }
         })();
         match r {
@@ -591,7 +456,7 @@ impl AuthStore {
                         META_REVISION.into(),
                         Some(s.revision.to_be_bytes().to_vec()),
                     ));
-                    self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    self.cache.lock_or_recover().clear();
                     let revision = s.revision;
                     drop(s);
                     self.revision_tx.send_replace(revision);
@@ -600,6 +465,239 @@ impl AuthStore {
             }
             Err(e) => (Err(e), Vec::new()),
         }
+    }
+
+    /// Turns authentication on, if the root user has the root role.
+    fn enable(&self, s: &mut State, w: &mut Vec<MetaWrite>) -> Result<bool, AuthError> {
+        if s.enabled {
+            return Ok(false);
+        }
+        let root = s.users.get(ROOT).ok_or(AuthError::RootUserNotExist)?;
+        if !has_root_role(root) {
+            return Err(AuthError::RootRoleNotExist);
+        }
+        s.enabled = true;
+        w.push((META_ENABLED.into(), Some(vec![1])));
+        tracing::info!("enabled authentication");
+        Ok(true)
+    }
+
+    /// Turns authentication off and drops every token.
+    fn disable(&self, s: &mut State, w: &mut Vec<MetaWrite>) -> Result<bool, AuthError> {
+        if !s.enabled {
+            return Ok(false);
+        }
+        s.enabled = false;
+        self.tokens.clear();
+        w.push((META_ENABLED.into(), Some(vec![0])));
+        tracing::info!("disabled authentication");
+        Ok(true)
+    }
+
+    /// Assigns the simple token a successful authentication asked for.
+    fn authenticate(
+        &self,
+        s: &State,
+        a: &InternalAuthenticateRequest,
+        index: u64,
+    ) -> Result<Option<String>, AuthError> {
+        if !s.enabled {
+            return Err(AuthError::AuthNotEnabled);
+        }
+        if !s.users.contains_key(&a.name) {
+            return Err(AuthError::AuthFailed);
+        }
+        if !a.simple_token.is_empty() {
+            let t = format!("{}.{index}", a.simple_token);
+            self.tokens.assign(t.clone(), a.name.clone());
+            return Ok(Some(t));
+        }
+        Ok(None)
+    }
+
+    /// Adds a user with no roles.
+    fn user_add(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        u: &AuthUserAddRequest,
+    ) -> Result<bool, AuthError> {
+        if u.name.is_empty() {
+            return Err(AuthError::UserEmpty);
+        }
+        if s.users.contains_key(&u.name) {
+            return Err(AuthError::UserAlreadyExist);
+        }
+        let user = User {
+            name: u.name.clone().into_bytes(),
+            password: u.hashed_password.clone().into_bytes(),
+            roles: Vec::new(),
+            options: Some(u.options.unwrap_or(UserAddOptions { no_password: false })),
+        };
+        w.push((user_key(&u.name), Some(user.encode_to_vec())));
+        s.users.insert(u.name.clone(), user);
+        tracing::info!(user = %u.name, "added a user");
+        Ok(true)
+    }
+
+    /// Deletes a user (never root while auth is on) and its tokens.
+    fn user_delete(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        u: &AuthUserDeleteRequest,
+    ) -> Result<bool, AuthError> {
+        if s.enabled && u.name == ROOT {
+            return Err(AuthError::InvalidAuthMgmt);
+        }
+        s.users.remove(&u.name).ok_or(AuthError::UserNotFound)?;
+        w.push((user_key(&u.name), None));
+        self.tokens.invalidate_user(&u.name);
+        tracing::info!(user = %u.name, "deleted a user");
+        Ok(true)
+    }
+
+    /// Sets a user's password hash and drops its tokens.
+    fn user_change_password(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        u: &AuthUserChangePasswordRequest,
+    ) -> Result<bool, AuthError> {
+        let user = s.users.get_mut(&u.name).ok_or(AuthError::UserNotFound)?;
+        user.password = u.hashed_password.clone().into_bytes();
+        w.push((user_key(&u.name), Some(user.encode_to_vec())));
+        self.tokens.invalidate_user(&u.name);
+        tracing::info!(user = %u.name, "changed a password of a user");
+        Ok(true)
+    }
+
+    /// Grants a user a role, keeping its roles sorted.
+    fn user_grant_role(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        g: &AuthUserGrantRoleRequest,
+    ) -> Result<bool, AuthError> {
+        if !s.users.contains_key(&g.user) {
+            return Err(AuthError::UserNotFound);
+        }
+        if g.role != ROOT && !s.roles.contains_key(&g.role) {
+            return Err(AuthError::RoleNotFound);
+        }
+        let user = s.users.get_mut(&g.user).expect("checked above");
+        let Err(i) = user.roles.binary_search(&g.role) else {
+            return Ok(false);
+        };
+        user.roles.insert(i, g.role.clone());
+        w.push((user_key(&g.user), Some(user.encode_to_vec())));
+        Ok(true)
+    }
+
+    /// Revokes a role from a user (never root's root role while auth is on).
+    fn user_revoke_role(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        g: &AuthUserRevokeRoleRequest,
+    ) -> Result<bool, AuthError> {
+        if s.enabled && g.name == ROOT && g.role == ROOT {
+            return Err(AuthError::InvalidAuthMgmt);
+        }
+        let user = s.users.get_mut(&g.name).ok_or(AuthError::UserNotFound)?;
+        let i = user
+            .roles
+            .iter()
+            .position(|r| *r == g.role)
+            .ok_or(AuthError::RoleNotGranted)?;
+        user.roles.remove(i);
+        w.push((user_key(&g.name), Some(user.encode_to_vec())));
+        Ok(true)
+    }
+
+    /// Adds a role with no permissions.
+    fn role_add(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        r: &AuthRoleAddRequest,
+    ) -> Result<bool, AuthError> {
+        if r.name.is_empty() {
+            return Err(AuthError::RoleEmpty);
+        }
+        if s.roles.contains_key(&r.name) {
+            return Err(AuthError::RoleAlreadyExist);
+        }
+        let role = Role {
+            name: r.name.clone().into_bytes(),
+            key_permission: Vec::new(),
+        };
+        w.push((role_key(&r.name), Some(role.encode_to_vec())));
+        s.roles.insert(r.name.clone(), role);
+        Ok(true)
+    }
+
+    /// Deletes a role (never root while auth is on) and revokes it from every user.
+    fn role_delete(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        r: &AuthRoleDeleteRequest,
+    ) -> Result<bool, AuthError> {
+        if s.enabled && r.role == ROOT {
+            return Err(AuthError::InvalidAuthMgmt);
+        }
+        s.roles.remove(&r.role).ok_or(AuthError::RoleNotFound)?;
+        w.push((role_key(&r.role), None));
+        for (name, u) in s.users.iter_mut() {
+            if let Some(i) = u.roles.iter().position(|x| *x == r.role) {
+                u.roles.remove(i);
+                w.push((user_key(name), Some(u.encode_to_vec())));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Grants a role a key range permission, or changes the type of one it has.
+    fn role_grant_permission(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        g: &AuthRoleGrantPermissionRequest,
+    ) -> Result<bool, AuthError> {
+        let perm = g.perm.as_ref().ok_or(AuthError::PermissionNotGiven)?;
+        let role = s.roles.get_mut(&g.name).ok_or(AuthError::RoleNotFound)?;
+        match role
+            .key_permission
+            .iter_mut()
+            .find(|p| same_range(p, &perm.key, &perm.range_end))
+        {
+            Some(p) => p.perm_type = perm.perm_type,
+            None => {
+                role.key_permission.push(perm.clone());
+                role.key_permission.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+        }
+        w.push((role_key(&g.name), Some(role.encode_to_vec())));
+        Ok(true)
+    }
+
+    /// Revokes a role's permission on exactly this key range.
+    fn role_revoke_permission(
+        &self,
+        s: &mut State,
+        w: &mut Vec<MetaWrite>,
+        g: &AuthRoleRevokePermissionRequest,
+    ) -> Result<bool, AuthError> {
+        let role = s.roles.get_mut(&g.role).ok_or(AuthError::RoleNotFound)?;
+        let i = role
+            .key_permission
+            .iter()
+            .position(|p| same_range(p, &g.key, &g.range_end))
+            .ok_or(AuthError::PermissionNotGranted)?;
+        role.key_permission.remove(i);
+        w.push((role_key(&g.role), Some(role.encode_to_vec())));
+        Ok(true)
     }
 }
 

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::sync::LockExt;
+
 use rand::Rng;
 
 /// etcd's default `--auth-token-ttl`, seconds.
@@ -54,13 +56,13 @@ impl SimpleTokens {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Instant)>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+        self.map.lock_or_recover()
     }
 
     pub fn assign(&self, token: String, user: String) {
         let now = Instant::now();
         let mut map = self.lock();
-        let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last_sweep.lock_or_recover();
         if last.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
             map.retain(|_, (_, exp)| *exp > now);
             *last = Some(now);

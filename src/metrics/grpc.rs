@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
 
+use crate::sync::RwLockExt;
+
 /// Handled RPCs by (service, method, code), as `grpc_server_handled_total` exports them.
 pub type Table = BTreeMap<(String, String, &'static str), u64>;
 
@@ -53,7 +55,7 @@ fn table() -> &'static Methods {
 
 /// The handled-RPC counts so far.
 pub fn snapshot() -> Table {
-    let t = table().read().unwrap_or_else(|e| e.into_inner());
+    let t = table().read_or_recover();
     let mut out = Table::new();
     for (path, counts) in t.iter() {
         let p = path.trim_start_matches('/');
@@ -84,15 +86,11 @@ fn record(path: &str, code: usize) {
 
 /// The counts of `path`, added on its first call (unless [`MAX_METHODS`] are counted).
 fn counts_in(table: &Methods, path: &str) -> Option<&'static Counts> {
-    let counts = table
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(path)
-        .copied();
+    let counts = table.read_or_recover().get(path).copied();
     if counts.is_some() {
         return counts;
     }
-    let mut t = table.write().unwrap_or_else(|e| e.into_inner());
+    let mut t = table.write_or_recover();
     if t.len() >= MAX_METHODS && !t.contains_key(path) {
         return None;
     }
@@ -160,7 +158,7 @@ mod tests {
             }
         }
         counts_in(&t, "/test.Bounded/M0").unwrap()[0].fetch_add(1, Ordering::Relaxed);
-        let t = t.read().unwrap();
+        let t = t.read_or_recover();
         assert_eq!(t.len(), MAX_METHODS);
         assert_eq!(t["/test.Bounded/M0"][0].load(Ordering::Relaxed), 2);
     }

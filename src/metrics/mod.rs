@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Mutex;
 
+use crate::sync::LockExt;
+
 pub use grpc::{snapshot as grpc_table, Handled as GrpcHandled, Table as GrpcTable};
 pub use histogram::{AtomicHistogram, HistogramSnapshot};
 pub use peer_histogram::{PeerHistograms, PeerSeries, SNAPSHOT_BUCKETS};
@@ -102,11 +104,7 @@ pub static SNAPSHOT_APPLY_IN_PROGRESS: AtomicI64 = AtomicI64::new(0);
 
 /// Adds one to `peer`'s count in a per-peer counter.
 pub fn count_peer(counter: &Mutex<BTreeMap<u64, u64>>, peer: u64) {
-    *counter
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(peer)
-        .or_default() += 1;
+    *counter.lock_or_recover().entry(peer).or_default() += 1;
 }
 
 /// History records deleted by compactions (etcd: `etcd_debugging_mvcc_db_compaction_keys_total`).

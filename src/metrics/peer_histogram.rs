@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::sync::LockExt;
+
 /// Upper bounds (seconds) of etcd's snapshot send and receive duration buckets
 /// (`etcd_network_snapshot_{send,receive}_total_duration_seconds`): 0.1 * 2^k, k = 0..9.
 pub const SNAPSHOT_BUCKETS: [f64; 10] = super::exponential_buckets(0.1);
@@ -55,7 +57,7 @@ impl PeerHistograms {
 
     pub fn observe(&self, peer: u64, d: Duration) {
         let secs = d.as_secs_f64();
-        let mut by_peer = self.by_peer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut by_peer = self.by_peer.lock_or_recover();
         let s = by_peer.entry(peer).or_default();
         if s.buckets.is_empty() {
             s.buckets = vec![0; self.bounds.len()];
@@ -69,7 +71,7 @@ impl PeerHistograms {
 
     /// Every peer's series, by peer id.
     pub fn snapshot(&self) -> Vec<PeerSeries> {
-        let by_peer = self.by_peer.lock().unwrap_or_else(|e| e.into_inner());
+        let by_peer = self.by_peer.lock_or_recover();
         by_peer
             .iter()
             .map(|(peer, s)| PeerSeries {

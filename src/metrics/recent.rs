@@ -15,6 +15,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::sync::LockExt;
+
 use hdrhistogram::Histogram;
 
 /// Length of the window in seconds.
@@ -74,7 +76,7 @@ impl RecentLatency {
     pub fn observe_at(&self, at: Instant, d: Duration) {
         let sec = self.second(at);
         let us = (d.as_micros() as u64).clamp(1, MAX_US);
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.slots.lock_or_recover();
         if slots.is_empty() {
             // Allocated on first use: members whose WAL never syncs pay nothing.
             slots.extend((0..WINDOW_SECS).map(|_| Slot {
@@ -98,7 +100,7 @@ impl RecentLatency {
     pub fn summary_at(&self, at: Instant) -> RecentSummary {
         let now = self.second(at);
         let mut merged = new_hist();
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = self.slots.lock_or_recover();
         for s in slots.iter() {
             if s.second <= now && now - s.second < WINDOW_SECS {
                 // Same bounds on both sides: adding cannot fail.

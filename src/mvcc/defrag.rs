@@ -17,6 +17,8 @@
 
 use std::ops::Bound::Unbounded;
 
+use crate::sync::LockExt;
+
 use super::engine::{Engine, StoreEngine, Tree, WriteBatch};
 use super::error::MvccError;
 use super::{exclude_images, MvccStore};
@@ -43,7 +45,7 @@ impl MvccStore {
         commit: impl FnOnce() -> Result<(), MvccError>,
     ) -> Result<(StoreEngine, Copied), MvccError> {
         let i = &self.inner;
-        let _no_applies = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _no_applies = i.apply_lock.lock_or_recover();
         let _no_deletions = exclude_images(&i.history_gate);
         i.persist_pending()?;
         let copied = copy_trees(&i.engine, fresh)?;

@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::sync::LockExt;
+
 use super::engine::{Engine, StoreEngine, Tree, WriteBatch};
 use super::error::MvccError;
 use super::index::Revision;
@@ -87,7 +89,7 @@ pub(crate) enum Step {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every change under these locks is a single assignment or push: poisoning means nothing.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock_or_recover()
 }
 
 impl Garbage {

@@ -30,6 +30,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::sync::LockExt;
+
 use super::engine::{Engine, Tree};
 use super::error::MvccError;
 use super::etcd_format::{rev_key, value, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
@@ -140,7 +142,7 @@ impl MvccStore {
         under_lock: impl FnOnce() -> Result<(), MvccError>,
     ) -> Result<(tokio::sync::OwnedRwLockReadGuard<()>, i64, i64), MvccError> {
         let i = &self.inner;
-        let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = i.apply_lock.lock_or_recover();
         // Under `apply_lock` no load holds the gate; background compaction may, for a step.
         let hold = loop {
             match i.history_gate.clone().try_read_owned() {

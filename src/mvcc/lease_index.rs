@@ -15,6 +15,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::sync::LockExt;
+
 #[derive(Default)]
 struct Maps {
     by_key: HashMap<Box<[u8]>, i64>,
@@ -30,7 +32,7 @@ impl LeaseIndex {
     // The only writer is the applier, which takes the process down if it panics, so a
     // poisoned lock carries no information here.
     fn lock(&self) -> MutexGuard<'_, Maps> {
-        self.maps.lock().unwrap_or_else(|e| e.into_inner())
+        self.maps.lock_or_recover()
     }
 
     /// Sets the lease of `key` (`0`: none, or the key is deleted) and returns the previous

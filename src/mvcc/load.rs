@@ -17,6 +17,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::sync::LockExt;
+
 use super::engine::{Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
 use super::error::MvccError;
 use super::failpoint::crash_point;
@@ -103,7 +105,7 @@ impl MvccStore {
             return Err(MvccError::ReservedMetaKey(k.clone()).into());
         }
         let i = &self.inner;
-        let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = i.apply_lock.lock_or_recover();
         let _no_images = exclude_images(&i.history_gate);
         let engine = &i.engine;
         i.pending.clear();

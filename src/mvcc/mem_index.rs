@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::sync::RwLockExt;
+
 use super::engine::{Engine, StoreEngine, Tree};
 use super::error::MvccError;
 use super::index::{Found, KeyIndex, Query, Record, Revision};
@@ -38,11 +40,11 @@ impl MemIndex {
     // A panicking reader cannot leave the map half-changed; a panicking applier takes the
     // process down with it. So poisoning carries no information here.
     fn read(&self) -> RwLockReadGuard<'_, BTreeMap<IndexKey, KeyIndex>> {
-        self.map.read().unwrap_or_else(|e| e.into_inner())
+        self.map.read_or_recover()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<IndexKey, KeyIndex>> {
-        self.map.write().unwrap_or_else(|e| e.into_inner())
+        self.map.write_or_recover()
     }
 
     /// Replaces the whole index with one derived from the history tree, and tells

@@ -113,6 +113,7 @@ use view::{range_at, Applied, View};
 
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 use crate::proto::mvccpb::{event::EventType, Event, KeyValue};
+use crate::sync::LockExt;
 
 /// Tree holding the history by revision.
 pub const REV_TREE: &str = Tree::Rev.name();
@@ -438,7 +439,7 @@ impl MvccStore {
             return Err(MvccError::ReservedMetaKey(k.clone()));
         }
         let i = &self.inner;
-        let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = i.apply_lock.lock_or_recover();
         let old_cur = self.current_revision();
         let old_compacted = self.compacted_revision();
         let mut batch = Batch::new(self.applied(), old_cur, &i.compacted);
@@ -667,7 +668,7 @@ impl MvccStore {
     /// has been copied or dropped.
     pub fn image(&self) -> Result<Image, MvccError> {
         let i = &self.inner;
-        let _guard = i.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = i.apply_lock.lock_or_recover();
         // Under `apply_lock` no load holds the gate; background compaction may, for a step.
         let hold = loop {
             match i.history_gate.clone().try_read_owned() {

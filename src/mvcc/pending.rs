@@ -25,6 +25,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+use crate::sync::LockExt;
+use crate::sync::RwLockExt;
+
 use super::engine::{Engine, StoreEngine, Tree, WriteBatch};
 use super::error::MvccError;
 use super::garbage::Garbage;
@@ -90,11 +93,11 @@ impl PendingWrites {
     // Readers and the persister cannot leave the state half-changed by panicking (every
     // change is one assignment), so poisoning carries no information.
     fn read(&self) -> RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(|e| e.into_inner())
+        self.state.read_or_recover()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(|e| e.into_inner())
+        self.state.write_or_recover()
     }
 
     /// Looks `f` up in the active layer, then the frozen one; `None`: not pending, ask the
@@ -175,7 +178,7 @@ impl PendingWrites {
     /// a steady load, persist ever smaller layers back to back. Safe to call from any thread,
     /// concurrently with applies and reads.
     pub fn persist(&self, engine: &StoreEngine) -> Result<(), MvccError> {
-        let _one = self.persist_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.persist_lock.lock_or_recover();
         for _ in 0..2 {
             let (frozen, leftover) = {
                 let mut st = self.write();
@@ -217,7 +220,7 @@ impl PendingWrites {
 
     /// Forgets everything pending (the trees are being replaced by a snapshot).
     pub fn clear(&self) {
-        let _one = self.persist_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.persist_lock.lock_or_recover();
         *self.write() = State::default();
         self.garbage.clear();
     }

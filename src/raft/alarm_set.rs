@@ -20,6 +20,7 @@ use std::sync::RwLock;
 use crate::proto::etcdserverpb::alarm_request::AlarmAction;
 use crate::proto::etcdserverpb::{request_op, AlarmMember, AlarmRequest, AlarmResponse, AlarmType};
 use crate::proto::kvdpb::{internal_request, ErrorCode, InternalRequest};
+use crate::sync::RwLockExt;
 
 /// Meta key prefix of active alarms.
 pub const META_ALARM_PREFIX: &str = "alarm/";
@@ -81,12 +82,12 @@ impl AlarmSet {
             .iter()
             .filter_map(|(k, _)| parse_meta_key(k))
             .collect();
-        *self.set.write().unwrap_or_else(|e| e.into_inner()) = set;
+        *self.set.write_or_recover() = set;
     }
 
     /// Every active alarm of type `kind` (0, `NONE`: all), ordered by type then member id.
     pub fn get(&self, kind: i32) -> Vec<AlarmMember> {
-        let set = self.set.read().unwrap_or_else(|e| e.into_inner());
+        let set = self.set.read_or_recover();
         set.iter()
             .filter(|(t, _)| kind == AlarmType::None as i32 || *t == kind)
             .map(|&(alarm, member_id)| AlarmMember { member_id, alarm })
@@ -94,7 +95,7 @@ impl AlarmSet {
     }
 
     pub fn is_active(&self, kind: AlarmType) -> bool {
-        let set = self.set.read().unwrap_or_else(|e| e.into_inner());
+        let set = self.set.read_or_recover();
         set.iter().any(|(t, _)| *t == kind as i32)
     }
 
@@ -107,7 +108,7 @@ impl AlarmSet {
             member_id: ar.member_id,
             alarm: ar.alarm,
         };
-        let mut set = self.set.write().unwrap_or_else(|e| e.into_inner());
+        let mut set = self.set.write_or_recover();
         let mut resp = AlarmResponse::default();
         let write = match AlarmAction::try_from(ar.action) {
             Ok(AlarmAction::Activate) => {
@@ -148,7 +149,7 @@ impl AlarmSet {
     pub fn refusal(&self, req: &InternalRequest) -> Option<(ErrorCode, &'static str)> {
         use internal_request::Request as R;
         let req = req.request.as_ref()?;
-        let set = self.set.read().unwrap_or_else(|e| e.into_inner());
+        let set = self.set.read_or_recover();
         let active = |k: AlarmType| set.iter().any(|(t, _)| *t == k as i32);
         if active(AlarmType::Corrupt)
             && matches!(

@@ -28,6 +28,7 @@ use super::node::RaftNode;
 use super::types::{Member, NodeId};
 use crate::proto::etcdserverpb::HashKvRequest;
 use crate::proto::kvdpb::{internal_request, ClusterFormat, InternalRequest};
+use crate::sync::LockExt;
 
 /// How often the format of a peer that publishes none is found out again (it may have been
 /// replaced by another build meanwhile).
@@ -61,7 +62,7 @@ pub struct PeerFormats {
 impl PeerFormats {
     fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, (u32, Instant)>> {
         // Plain values: a panic while holding the lock leaves nothing half-changed.
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+        self.seen.lock_or_recover()
     }
 
     pub fn heard(&self, id: NodeId, format: u32) {

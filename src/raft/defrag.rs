@@ -27,6 +27,7 @@ use super::StateMachine;
 use crate::mvcc::{MvccError, StoreEngine};
 use crate::raft::engine_dir;
 use crate::raft::error::StoreError;
+use crate::sync::LockExt;
 
 /// How long the old generation may stay open (scans in flight) before its removal is left to
 /// the next start.
@@ -47,11 +48,7 @@ pub struct Defragmented {
 impl StateMachine {
     /// The directory of the current engine generation.
     pub fn db_dir(&self) -> PathBuf {
-        self.shared
-            .db_dir
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.db_dir.lock_or_recover().clone()
     }
 
     /// Rewrites the engine into a new generation with only its live records, pausing this
@@ -110,7 +107,7 @@ impl StateMachine {
                 return Err(e.into());
             }
         };
-        *self.shared.db_dir.lock().unwrap_or_else(|e| e.into_inner()) = to.clone();
+        *self.shared.db_dir.lock_or_recover() = to.clone();
         drop(old);
         engine_dir::remove_when_closed(self.shared.fs.clone(), from.clone(), OLD_ENGINE_PATIENCE);
         Ok(Defragmented {

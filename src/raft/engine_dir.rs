@@ -29,6 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::raft::error::StoreError;
+#[cfg(test)]
+use crate::sync::LockExt;
 use crate::wal::durable::{create_replacing, parent_dir};
 use crate::wal::{create_dir_durable, sync_tree, WalFs};
 
@@ -165,9 +167,7 @@ pub fn switch_to(fs: &dyn WalFs, next: &Path) -> Result<(), StoreError> {
 fn sync_after_rename(fs: &dyn WalFs, sm_dir: &Path) -> io::Result<()> {
     #[cfg(test)]
     {
-        let mut failing = FAIL_SYNC_AFTER_RENAME
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut failing = FAIL_SYNC_AFTER_RENAME.lock_or_recover();
         if let Some(i) = failing.iter().position(|d| d == sm_dir) {
             failing.remove(i);
             return Err(io::Error::other("injected fsync failure"));
@@ -185,8 +185,7 @@ static FAIL_SYNC_AFTER_RENAME: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex
 #[cfg(test)]
 pub(crate) fn fail_sync_after_rename(sm_dir: &Path) {
     FAIL_SYNC_AFTER_RENAME
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_or_recover()
         .push(sm_dir.to_path_buf());
 }
 
@@ -208,8 +207,7 @@ pub fn sync_engine(fs: &dyn WalFs, db_dir: &Path) -> io::Result<()> {
 pub(crate) fn record_step(sm_dir: &Path, step: &'static str) {
     #[cfg(test)]
     STEPS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_or_recover()
         .entry(sm_dir.to_path_buf())
         .or_default()
         .push(step);
@@ -225,8 +223,7 @@ static STEPS: std::sync::Mutex<std::collections::BTreeMap<PathBuf, Vec<&'static 
 #[cfg(test)]
 pub(crate) fn steps(sm_dir: &Path) -> Vec<&'static str> {
     STEPS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_or_recover()
         .get(sm_dir)
         .cloned()
         .unwrap_or_default()

@@ -39,6 +39,7 @@ use super::node::REQUEST_TIMEOUT;
 use super::types::Member;
 use crate::proto::kvdpb::peer_client::PeerClient;
 use crate::proto::kvdpb::{ForwardManyRequest, ForwardRequest, ForwardResponse, InternalRequest};
+use crate::sync::LockExt;
 
 /// Calls in flight to one leader at a time. More lets a request go sooner when the leader
 /// answers slowly; fewer makes larger batches (the choice is measured in decision 0036).
@@ -117,7 +118,7 @@ impl Forwarder {
         let (tx, rx) = oneshot::channel();
         let size = req.encoded_len();
         let start = {
-            let mut lanes = self.lanes.lock().unwrap();
+            let mut lanes = self.lanes.lock_or_recover();
             let lane = match lanes.entry(url.clone()) {
                 Entry::Occupied(e) => e.into_mut(),
                 Entry::Vacant(e) => e.insert(Lane {
@@ -153,7 +154,7 @@ impl Forwarder {
     async fn send_queued(self, url: String) {
         loop {
             let (client, batch, unary_only) = {
-                let mut lanes = self.lanes.lock().unwrap();
+                let mut lanes = self.lanes.lock_or_recover();
                 let Some(lane) = lanes.get_mut(&url) else {
                     return;
                 };
@@ -168,7 +169,7 @@ impl Forwarder {
                 (lane.client.clone(), take_batch(&mut lane.queue), unary_only)
             };
             let knows_many = call(client, batch, unary_only).await;
-            let mut lanes = self.lanes.lock().unwrap();
+            let mut lanes = self.lanes.lock_or_recover();
             let Some(lane) = lanes.get_mut(&url) else {
                 continue;
             };

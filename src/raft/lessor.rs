@@ -24,6 +24,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::sync::LockExt;
+
 use tokio::time::Instant;
 
 /// How long an expired lease waits before its revoke is proposed again (etcd's
@@ -86,7 +88,7 @@ fn secs(ttl: i64) -> Duration {
 
 impl Lessor {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_or_recover()
     }
 
     pub fn is_primary(&self) -> bool {

@@ -16,6 +16,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::sync::LockExt;
+
 use tokio::sync::Notify;
 
 use super::peer_error::PeerFailure;
@@ -64,7 +66,7 @@ impl Links {
     /// Records a successful exchange with `target`.
     pub fn ok(&self, target: NodeId) {
         let now = Instant::now();
-        let mut m = self.inner.lock().unwrap();
+        let mut m = self.inner.lock_or_recover();
         let l = m.entry(target).or_default();
         if l.up_since.is_none() {
             l.up_since = Some(now);
@@ -88,11 +90,10 @@ impl Links {
     pub fn failed(&self, target: NodeId, cause: PeerFailure) {
         let now = Instant::now();
         *crate::metrics::PEER_SENT_FAILURES
-            .lock()
-            .unwrap()
+            .lock_or_recover()
             .entry(target)
             .or_default() += 1;
-        let mut m = self.inner.lock().unwrap();
+        let mut m = self.inner.lock_or_recover();
         let l = m.entry(target).or_default();
         l.up_since = None;
         let peer = format!("{target:x}");
@@ -143,7 +144,7 @@ impl Links {
     }
 
     fn is_up(&self, target: NodeId) -> bool {
-        let m = self.inner.lock().unwrap();
+        let m = self.inner.lock_or_recover();
         m.get(&target).is_some_and(|l| l.down.is_none())
     }
 
@@ -170,7 +171,7 @@ impl Links {
 
     /// When the current uninterrupted run of successful RPCs to `target` began, if it is up.
     pub fn active_since(&self, target: NodeId) -> Option<Instant> {
-        let m = self.inner.lock().unwrap();
+        let m = self.inner.lock_or_recover();
         let l = m.get(&target)?;
         if l.last_ok?.elapsed() > LINK_STALE {
             return None;

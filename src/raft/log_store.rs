@@ -29,6 +29,7 @@ use super::error::StoreError;
 use super::in_place::InPlace;
 use super::limits::LOG_CACHE_BYTES;
 use super::types::{Entry, LogId, TypeConfig, Vote};
+use crate::sync::LockExt;
 use crate::wal::{Record, Wal, WalBackend};
 
 struct LogState_ {
@@ -230,14 +231,14 @@ impl LogStore {
     /// The switch that lets appends be written on openraft's thread while this member
     /// follows ([`super::in_place::track_role`] keeps it).
     pub fn following(&self) -> Arc<AtomicBool> {
-        self.state.lock().unwrap().in_place.following()
+        self.state.lock_or_recover().in_place.following()
     }
 
     /// Keeps about `bytes` of the newest entries in memory (`--experimental-raft-log-cache-
     /// bytes`); the rest stay readable from the WAL. Call it before Raft starts: every entry
     /// held then was recovered from the WAL, so all of them are durable.
     pub fn set_cache_bytes(&self, bytes: usize) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock_or_recover();
         st.cache_bytes = bytes;
         let durable = st.entries.keys().next_back().copied().unwrap_or(0);
         st.evict(durable);
@@ -245,7 +246,7 @@ impl LogStore {
 
     /// Makes the latest committed id durable (graceful stop), so a restart re-applies up to it.
     pub async fn flush_committed(&self) -> Result<(), StoreError> {
-        let rec = self.state.lock().unwrap().take_committed();
+        let rec = self.state.lock_or_recover().take_committed();
         if let Some(r) = rec {
             self.wal.write(vec![r]).await?;
         }
@@ -260,13 +261,13 @@ impl LogStore {
     /// Neither a vote nor an entry (nor a purge point): the log of a member that never took
     /// part in an election or a replication.
     pub fn holds_nothing(&self) -> bool {
-        let st = self.state.lock().unwrap();
+        let st = self.state.lock_or_recover();
         st.vote.is_none() && st.last.is_none()
     }
 
     /// Last log index held (or purged up to).
     pub fn last_index(&self) -> u64 {
-        self.state.lock().unwrap().last.map_or(0, |l| l.index)
+        self.state.lock_or_recover().last.map_or(0, |l| l.index)
     }
 
     /// Entries `start..end` (in order, stopping early at `max_bytes` of commands or at an
@@ -276,7 +277,7 @@ impl LogStore {
         // must not stall appends and flush callbacks). Entries move only from memory to the
         // WAL, so what the WAL holds below `evicted` stays put meanwhile.
         let (disk, mem) = {
-            let st = self.state.lock().unwrap();
+            let st = self.state.lock_or_recover();
             let start = start.max(st.first_live());
             let end = end.max(start);
             let split = start.max(st.first_in_memory()).min(end);
@@ -335,7 +336,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
-        Ok(self.state.lock().unwrap().vote)
+        Ok(self.state.lock_or_recover().vote)
     }
 
     async fn limited_get_log_entries(
@@ -360,7 +361,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
-        let st = self.state.lock().unwrap();
+        let st = self.state.lock_or_recover();
         Ok(LogState {
             last_purged_log_id: st.purged,
             last_log_id: st.last,
@@ -374,14 +375,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let mut records: Vec<Record> = self
             .state
-            .lock()
-            .unwrap()
+            .lock_or_recover()
             .take_committed()
             .into_iter()
             .collect();
         records.push(Record::Vote(encode(vote)));
         self.wal.write(records).await.map_err(io_err)?;
-        self.state.lock().unwrap().vote = Some(*vote);
+        self.state.lock_or_recover().vote = Some(*vote);
         Ok(())
     }
 
@@ -389,14 +389,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Not written now: it rides with the next WAL write (see `take_committed`), so a
         // commit costs no fsync of its own. The record is ordered after the entries it
         // covers, so a recovered committed id is never newer than the truth.
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock_or_recover();
         st.committed = committed;
         st.committed_dirty = true;
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        Ok(self.state.lock().unwrap().committed)
+        Ok(self.state.lock_or_recover().committed)
     }
 
     async fn append<I>(
@@ -409,7 +409,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut records = Vec::new();
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock_or_recover();
         records.extend(st.take_committed());
         let mut newest = 0;
         let mut n = 0;
@@ -427,7 +427,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let done = move |res: Result<(), crate::wal::WalError>| {
             if res.is_ok() {
                 if let Some(state) = state.upgrade() {
-                    state.lock().unwrap().evict(newest);
+                    state.lock_or_recover().evict(newest);
                 }
             }
             callback.io_completed(res.map_err(io_err));
@@ -449,7 +449,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let index = last_log_id.map(|l| l.index);
         {
-            let mut st = self.state.lock().unwrap();
+            let mut st = self.state.lock_or_recover();
             st.truncate_after(index);
             if st.last.is_some_and(|l| index.is_none_or(|i| l.index > i)) {
                 st.last = last_log_id.or(st.purged);
@@ -469,7 +469,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }])
             .await
             .map_err(io_err)?;
-        self.state.lock().unwrap().purge(log_id);
+        self.state.lock_or_recover().purge(log_id);
         Ok(())
     }
 }

@@ -45,6 +45,7 @@ use super::peer_error::PeerFailure;
 use super::types::{Member, NodeId, Snapshot, TypeConfig, Vote};
 use crate::proto::kvdpb::peer_client::PeerClient;
 use crate::proto::kvdpb::RaftBlob;
+use crate::sync::LockExt;
 
 pub use super::limits::MAX_PEER_MESSAGE;
 
@@ -89,7 +90,7 @@ impl Channels {
 
     /// A (lazily connecting) channel to `url`, reused across calls.
     pub fn get(&self, url: &str) -> Result<Channel, String> {
-        let mut m = self.inner.lock().unwrap();
+        let mut m = self.inner.lock_or_recover();
         if let Some(c) = m.get(url) {
             return Ok(c.clone());
         }
@@ -377,7 +378,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
         self.links.record(self.target, &resp);
-        let read_failed = read_failure.lock().unwrap().take();
+        let read_failed = read_failure.lock_or_recover().take();
         let sent_whole = resp.is_ok() && read_failed.is_none();
         if sent_whole {
             crate::metrics::count_peer(&crate::metrics::SNAPSHOT_SEND_SUCCESS, self.target);

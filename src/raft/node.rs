@@ -35,6 +35,7 @@ use super::read_batch::Coalescer;
 use super::state_machine::StateMachine;
 use super::types::{Command, CommandResult, Member, NodeId, Raft};
 use crate::proto::kvdpb::{ErrorCode, InternalRequest, InternalResponse, ReadIndexRequest};
+use crate::sync::LockExt;
 
 /// How long a request waits for a leader, for its commit, or for a read index.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -93,7 +94,7 @@ impl RaftNode {
                     || m.last_quorum_acked
                         .is_some_and(|t| openraft::Instant::elapsed(&t.into_inner()) <= limit)
             }
-            Some(_) => self.leader_contact.lock().unwrap().elapsed() <= limit,
+            Some(_) => self.leader_contact.lock_or_recover().elapsed() <= limit,
         }
     }
 
@@ -121,7 +122,7 @@ impl RaftNode {
 
     /// Called by the peer service whenever the leader's append or heartbeat arrives.
     pub fn touch_leader(&self) {
-        *self.leader_contact.lock().unwrap() = Instant::now();
+        *self.leader_contact.lock_or_recover() = Instant::now();
     }
 
     /// Waits (until `deadline`) for a leader to be known.

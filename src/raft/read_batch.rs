@@ -8,6 +8,8 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use crate::sync::LockExt;
+
 use tokio::sync::oneshot;
 
 type Waiter<T, E> = oneshot::Sender<Result<T, E>>;
@@ -56,7 +58,7 @@ where
     {
         let (tx, rx) = oneshot::channel();
         let start = {
-            let mut q = self.queue.lock().unwrap();
+            let mut q = self.queue.lock_or_recover();
             q.waiters.push(tx);
             !std::mem::replace(&mut q.running, true)
         };
@@ -65,7 +67,7 @@ where
             tokio::spawn(async move {
                 loop {
                     let batch = {
-                        let mut q = queue.lock().unwrap();
+                        let mut q = queue.lock_or_recover();
                         if q.waiters.is_empty() {
                             q.running = false;
                             return;

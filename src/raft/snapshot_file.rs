@@ -25,6 +25,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+#[cfg(test)]
+use crate::sync::LockExt;
+
 use super::error::StoreError;
 pub use super::snapshot_format::Entry;
 use super::snapshot_format::{self, Reader, Writer};
@@ -524,13 +527,13 @@ pub(crate) mod tests {
     static READ: std::sync::Mutex<BTreeMap<PathBuf, u64>> = std::sync::Mutex::new(BTreeMap::new());
 
     pub(super) fn count_read(dir: &Path, n: usize) {
-        let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
+        let mut read = READ.lock_or_recover();
         *read.entry(dir.to_path_buf()).or_default() += n as u64;
     }
 
     /// Bytes read so far through [`Input`] (checks and loads) from snapshot files in `dir`.
     pub(crate) fn bytes_read_in(dir: &Path) -> u64 {
-        let read = READ.lock().unwrap_or_else(|e| e.into_inner());
+        let read = READ.lock_or_recover();
         read.get(dir).copied().unwrap_or(0)
     }
 

@@ -27,6 +27,7 @@ use super::snapshot_data::{Encoder, SnapshotData};
 use super::snapshot_file::{Incoming, SnapshotFile};
 use super::types::SnapshotMeta;
 use crate::proto::kvdpb::SnapshotChunk;
+use crate::sync::LockExt;
 
 /// Why a send stopped early, if it did (a read of the file or of the engine failed).
 pub type SendFailure = Arc<Mutex<Option<StoreError>>>;
@@ -86,7 +87,7 @@ pub fn chunks(
             let mut source = match source? {
                 Ok(s) => s,
                 Err(e) => {
-                    *failed.lock().unwrap() = Some(e);
+                    *failed.lock_or_recover() = Some(e);
                     return None;
                 }
             };
@@ -103,7 +104,7 @@ pub fn chunks(
                 )),
                 Ok((None, _)) => None,
                 Err(e) => {
-                    *failed.lock().unwrap() = Some(e);
+                    *failed.lock_or_recover() = Some(e);
                     None
                 }
             }

@@ -73,6 +73,7 @@ use crate::proto::kvdpb::{
     InternalResponse, MemberAttributes,
 };
 use crate::raft::lessor::Lessor;
+use crate::sync::LockExt;
 use crate::wal::{RealFs, WalFs};
 
 pub(super) const META_LAST_APPLIED: &[u8] = b"raft/last_applied";
@@ -219,19 +220,14 @@ impl StateMachine {
         // process crashed).
         self.make_engine_durable()?;
         crash_point(self.shared.mvcc.engine())?;
-        let _io = self.shared.snap_io.lock().unwrap();
+        let _io = self.shared.snap_io.lock_or_recover();
         snapshot_file::remove_through(self.shared.fs.as_ref(), &self.shared.snap_dir, &meta)?;
         Ok(())
     }
 
     /// An error once writes are refused (see the module doc).
     pub(super) fn usable(&self) -> Result<(), StoreError> {
-        match &*self
-            .shared
-            .refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-        {
+        match &*self.shared.refused.lock_or_recover() {
             None => Ok(()),
             Some((dir, reason)) => Err(StoreError::SwitchUncertain {
                 dir: dir.clone(),
@@ -243,11 +239,7 @@ impl StateMachine {
     /// Refuses every write from now on with `e` (a [`StoreError::SwitchUncertain`]).
     pub(super) fn refuse_writes(&self, e: &StoreError) {
         if let StoreError::SwitchUncertain { dir, reason } = e {
-            *self
-                .shared
-                .refused
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some((dir.clone(), reason.clone()));
+            *self.shared.refused.lock_or_recover() = Some((dir.clone(), reason.clone()));
         }
     }
 
@@ -416,7 +408,25 @@ impl StateMachine {
             tracing::info!(format = f, "the cluster's log format is now {f}");
         }
         // Before any responder fires: a client that got its grant can keep it alive at once.
-        for (req, res) in reqs.iter().zip(&results) {
+        self.track_leases(&reqs, &results);
+
+        for ((_, responder), slot) in batch.into_iter().zip(slots) {
+            let Some(responder) = responder else { continue };
+            let resp = respond(slot, &mut results, &mut revoke_refusals, current);
+            responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
+        }
+        self.shared.applied_tx.send_replace(last.index);
+        self.shared.revision_tx.send_replace(current);
+        Ok(())
+    }
+
+    /// Tells the lessor which leases the batch's applied writes granted and revoked.
+    fn track_leases(
+        &self,
+        reqs: &[WriteRequest],
+        results: &[Result<WriteResponse, crate::mvcc::MvccError>],
+    ) {
+        for (req, res) in reqs.iter().zip(results) {
             match (req, res) {
                 (WriteRequest::LeaseGrant(g), Ok(_)) => self.shared.lessor.granted(g.id, g.ttl),
                 (WriteRequest::LeaseRevoke(r), Ok(_)) => self.shared.lessor.revoked(r.id),
@@ -424,69 +434,6 @@ impl StateMachine {
                 _ => {}
             }
         }
-
-        for ((_, responder), slot) in batch.into_iter().zip(slots) {
-            let Some(responder) = responder else { continue };
-            let resp = match slot {
-                Slot::Empty => InternalResponse {
-                    response: None,
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Alarm(a) => InternalResponse {
-                    response: Some(internal_response::Response::Alarm(a)),
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Auth(Ok(token)) => InternalResponse {
-                    response: Some(internal_response::Response::Auth(AuthResponse {
-                        token: token.unwrap_or_default(),
-                    })),
-                    revision: current,
-                    ..Default::default()
-                },
-                Slot::Auth(Err(e)) => InternalResponse {
-                    response: Some(internal_response::Response::Error(e.to_string())),
-                    revision: current,
-                    error_code: e.kind() as i32,
-                },
-                Slot::Refused(code, msg) => InternalResponse {
-                    response: Some(internal_response::Response::Error(msg.to_string())),
-                    revision: current,
-                    error_code: code as i32,
-                },
-                Slot::Request(i) => match std::mem::replace(
-                    &mut results[i],
-                    Err(crate::mvcc::MvccError::Storage(String::new())),
-                ) {
-                    Ok(w) => {
-                        let (r, rev) = to_internal_response(w);
-                        InternalResponse {
-                            response: Some(r),
-                            revision: rev,
-                            ..Default::default()
-                        }
-                    }
-                    Err(e) => {
-                        let kind = match (&e, revoke_refusals[i].take()) {
-                            (crate::mvcc::MvccError::RevokeRefused, Some(a)) => {
-                                (a.to_string(), a.kind())
-                            }
-                            _ => (e.to_string(), e.kind()),
-                        };
-                        InternalResponse {
-                            response: Some(internal_response::Response::Error(kind.0)),
-                            revision: current,
-                            error_code: kind.1 as i32,
-                        }
-                    }
-                },
-            };
-            responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
-        }
-        self.shared.applied_tx.send_replace(last.index);
-        self.shared.revision_tx.send_replace(current);
-        Ok(())
     }
 
     /// Stops applying before an entry this build cannot apply, until the member stops: the
@@ -720,6 +667,69 @@ fn to_write_request(req: InternalRequest) -> Option<WriteRequest> {
     }
 }
 
+/// The answer to one entry's proposer: its slot's outcome, with the write's result taken
+/// out of `results` and a revoke refused by auth told as auth's error.
+fn respond(
+    slot: Slot,
+    results: &mut [Result<WriteResponse, crate::mvcc::MvccError>],
+    revoke_refusals: &mut [Option<AuthError>],
+    current: i64,
+) -> InternalResponse {
+    match slot {
+        Slot::Empty => InternalResponse {
+            response: None,
+            revision: current,
+            ..Default::default()
+        },
+        Slot::Alarm(a) => InternalResponse {
+            response: Some(internal_response::Response::Alarm(a)),
+            revision: current,
+            ..Default::default()
+        },
+        Slot::Auth(Ok(token)) => InternalResponse {
+            response: Some(internal_response::Response::Auth(AuthResponse {
+                token: token.unwrap_or_default(),
+            })),
+            revision: current,
+            ..Default::default()
+        },
+        Slot::Auth(Err(e)) => InternalResponse {
+            response: Some(internal_response::Response::Error(e.to_string())),
+            revision: current,
+            error_code: e.kind() as i32,
+        },
+        Slot::Refused(code, msg) => InternalResponse {
+            response: Some(internal_response::Response::Error(msg.to_string())),
+            revision: current,
+            error_code: code as i32,
+        },
+        Slot::Request(i) => match std::mem::replace(
+            &mut results[i],
+            Err(crate::mvcc::MvccError::Storage(String::new())),
+        ) {
+            Ok(w) => {
+                let (r, rev) = to_internal_response(w);
+                InternalResponse {
+                    response: Some(r),
+                    revision: rev,
+                    ..Default::default()
+                }
+            }
+            Err(e) => {
+                let kind = match (&e, revoke_refusals[i].take()) {
+                    (crate::mvcc::MvccError::RevokeRefused, Some(a)) => (a.to_string(), a.kind()),
+                    _ => (e.to_string(), e.kind()),
+                };
+                InternalResponse {
+                    response: Some(internal_response::Response::Error(kind.0)),
+                    revision: current,
+                    error_code: kind.1 as i32,
+                }
+            }
+        },
+    }
+}
+
 fn to_internal_response(r: WriteResponse) -> (internal_response::Response, i64) {
     use internal_response::Response as R;
     let rev = |h: &Option<crate::proto::etcdserverpb::ResponseHeader>| {
@@ -821,7 +831,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // (peer and client connections, Raft's core) must not wait for it.
         blocking(|| -> Result<(), io::Error> {
             // A build finishing now writes and removes snapshot files too.
-            let _io = self.shared.snap_io.lock().unwrap();
+            let _io = self.shared.snap_io.lock_or_recover();
             let _applying = ApplyingSnapshot::start();
             let path = checked.publish()?;
             crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
@@ -896,7 +906,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             let t0 = std::time::Instant::now();
             // Taking the image persisted the pending buffer; this makes it durable.
             shared.mvcc.engine().flush()?;
-            let _io = shared.snap_io.lock().unwrap();
+            let _io = shared.snap_io.lock_or_recover();
             snapshot_file::remove_through(shared.fs.as_ref(), &shared.snap_dir, &file_meta)?;
             tracing::debug!(
                 index = file_meta.last_log_id.map_or(0, |l| l.index),

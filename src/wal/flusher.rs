@@ -26,6 +26,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::sync::LockExt;
+
 use super::format::{self, HEADER_LEN};
 use super::fs::{WalFile, WalFs};
 use super::locator::Loc;
@@ -79,7 +81,7 @@ pub(crate) fn run(engine: Arc<Mutex<Flusher>>, shared: Arc<Shared>) {
                 return;
             }
         }
-        let mut f = engine.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = engine.lock_or_recover();
         let (batch, poisoned) = {
             let mut q = shared.lock();
             (std::mem::take(&mut q.pending), q.poisoned.clone())

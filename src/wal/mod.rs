@@ -126,6 +126,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
+use crate::sync::LockExt;
+
 pub use backend::WalBackend;
 pub use durable::{
     create_dir_durable, remove_dir_all_durable, rename_durable, sync_tree, write_file_durable,
@@ -354,12 +356,12 @@ pub(crate) struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // A panicking callback must not wedge every other caller.
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+        self.queue.lock_or_recover()
     }
 
     fn locator(&self) -> MutexGuard<'_, locator::Locator> {
         // Each update is one whole record; a panic cannot leave one half-applied.
-        self.locator.lock().unwrap_or_else(|e| e.into_inner())
+        self.locator.lock_or_recover()
     }
 }
 
@@ -381,7 +383,7 @@ impl Inner {
             q.closed = true;
         }
         self.shared.cv.notify_all();
-        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let handle = self.thread.lock_or_recover().take();
         // Joining from a callback (the flusher dropping the last handle)
         // would deadlock; the thread exits by itself once the queue drains.
         if std::thread::current().id() != self.thread_id {

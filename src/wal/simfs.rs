@@ -32,6 +32,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::sync::LockExt;
+
 use rand::Rng;
 
 use super::fs::{WalFile, WalFs};
@@ -145,7 +147,7 @@ impl SimFs {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_or_recover()
     }
 
     /// The next `n` mutating ops succeed; the one after and all later ones fail.
@@ -313,7 +315,7 @@ struct SimFile {
 
 impl SimFile {
     fn with<T>(&self, what: &'static str, f: impl FnOnce(&mut State) -> T) -> io::Result<T> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock_or_recover();
         if st.generation != self.generation {
             return Err(io::Error::other("simfs: handle from before a crash"));
         }

@@ -33,6 +33,7 @@ use std::sync::RwLock;
 use ::sled::IVec;
 
 use crate::mvcc::error::MvccError;
+use crate::sync::RwLockExt;
 
 /// Most records in one chunk.
 pub const CHUNK_RECORDS: usize = 32;
@@ -121,7 +122,7 @@ impl ChunkIndex {
 
     /// Records a plan's chunks once its batch is applied.
     pub fn update(&self, plan: &Plan) {
-        let mut keys = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut keys = self.0.write_or_recover();
         for k in &plan.removed {
             keys.remove(k);
         }
@@ -129,7 +130,7 @@ impl ChunkIndex {
     }
 
     pub fn clear(&self) {
-        self.0.write().unwrap_or_else(|e| e.into_inner()).clear();
+        self.0.write_or_recover().clear();
     }
 }
 
@@ -143,7 +144,7 @@ fn chunk_of(tree: &::sled::Tree, key: &[u8]) -> Result<Option<(IVec, IVec)>, Mvc
 /// Otherwise the index may be behind a write, and a reverse scan finds the chunk.
 pub fn get(tree: &::sled::Tree, index: &ChunkIndex, key: &[u8]) -> Result<Option<IVec>, MvccError> {
     {
-        let keys = index.0.read().unwrap_or_else(|e| e.into_inner());
+        let keys = index.0.read_or_recover();
         let hint = keys
             .range::<[u8], _>((Unbounded, Included(key)))
             .next_back();

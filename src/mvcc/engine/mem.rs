@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::{Engine, Tree, WriteBatch};
 use crate::mvcc::error::MvccError;
+use crate::sync::LockExt;
+use crate::sync::RwLockExt;
 
 type Trees = BTreeMap<Tree, BTreeMap<Vec<u8>, Vec<u8>>>;
 
@@ -23,7 +25,7 @@ pub struct MemEngine {
 impl MemEngine {
     /// A new engine holding what was flushed, as a crash and restart would leave it.
     pub fn crash(&self) -> MemEngine {
-        let durable = self.durable.lock().unwrap().clone();
+        let durable = self.durable.lock_or_recover().clone();
         MemEngine {
             live: Arc::new(RwLock::new(durable.clone())),
             durable: Arc::new(Mutex::new(durable)),
@@ -45,12 +47,12 @@ impl Engine for MemEngine {
     type Iter = std::vec::IntoIter<Result<(Vec<u8>, Vec<u8>), MvccError>>;
 
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, MvccError> {
-        let live = self.live.read().unwrap();
+        let live = self.live.read_or_recover();
         Ok(live.get(&tree).and_then(|t| t.get(key)).cloned())
     }
 
     fn range(&self, tree: Tree, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Self::Iter {
-        let live = self.live.read().unwrap();
+        let live = self.live.read_or_recover();
         let out: Vec<_> = match live.get(&tree) {
             Some(t) if !is_empty_range(lo, hi) => t
                 .range::<[u8], _>((lo, hi))
@@ -62,7 +64,7 @@ impl Engine for MemEngine {
     }
 
     fn write(&self, batch: WriteBatch<'_>) -> Result<(), MvccError> {
-        let mut live = self.live.write().unwrap();
+        let mut live = self.live.write_or_recover();
         for (t, k, v) in batch.writes() {
             let tree = live.entry(*t).or_default();
             match v {
@@ -74,13 +76,13 @@ impl Engine for MemEngine {
     }
 
     fn clear(&self, tree: Tree) -> Result<(), MvccError> {
-        self.live.write().unwrap().remove(&tree);
+        self.live.write_or_recover().remove(&tree);
         Ok(())
     }
 
     fn flush(&self) -> Result<(), MvccError> {
-        let live = self.live.read().unwrap().clone();
-        *self.durable.lock().unwrap() = live;
+        let live = self.live.read_or_recover().clone();
+        *self.durable.lock_or_recover() = live;
         Ok(())
     }
 }

@@ -26,6 +26,8 @@ use ::sled::{IVec, Transactional};
 use super::chunks::{self, ChunkIndex, ChunkIter};
 use super::{Engine, EngineOptions, Tree, WriteBatch, LEGACY_IDX_TREE};
 use crate::mvcc::error::MvccError;
+use crate::sync::LockExt;
+use crate::sync::RwLockExt;
 
 /// The layout of the trees in the database: 1 kept the history unchunked (migrated on open),
 /// 2 keeps it in chunks. Recorded in sled's default tree; a database without it is of a
@@ -181,7 +183,7 @@ impl SledEngine {
     /// The current database. Poisoning cannot leave the cell half-changed (its one write is
     /// an assignment), so a poisoned lock is used as is.
     fn trees(&self) -> RwLockReadGuard<'_, Arc<Trees>> {
-        self.cell.read().unwrap_or_else(|e| e.into_inner())
+        self.cell.read_or_recover()
     }
 
     /// Moves this engine and every clone of it to `other`'s database, and returns a handle on
@@ -191,10 +193,7 @@ impl SledEngine {
     /// (the old database is not read again by this engine).
     pub fn replace(&self, other: &SledEngine) -> SledEngine {
         let new = other.trees().clone();
-        let old = std::mem::replace(
-            &mut *self.cell.write().unwrap_or_else(|e| e.into_inner()),
-            new,
-        );
+        let old = std::mem::replace(&mut *self.cell.write_or_recover(), new);
         SledEngine {
             cell: Arc::new(RwLock::new(old)),
             options: self.options,
@@ -263,7 +262,7 @@ impl Engine for SledEngine {
         let written = batch.trees();
         let _history = written
             .contains(&Tree::Rev)
-            .then(|| trees.history.lock().unwrap_or_else(|e| e.into_inner()));
+            .then(|| trees.history.lock_or_recover());
         let rev_batch = || {
             chunks::plan(
                 &trees.rev,
@@ -332,8 +331,7 @@ impl Engine for SledEngine {
 
     fn clear(&self, tree: Tree) -> Result<(), MvccError> {
         let trees = self.trees();
-        let _history =
-            (tree == Tree::Rev).then(|| trees.history.lock().unwrap_or_else(|e| e.into_inner()));
+        let _history = (tree == Tree::Rev).then(|| trees.history.lock_or_recover());
         trees.tree(tree).clear()?;
         if tree == Tree::Rev {
             trees.index.clear();

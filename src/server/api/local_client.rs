@@ -38,6 +38,7 @@ use crate::server::api::request_path::{self, Caller};
 use crate::server::api::watch_hub::Hub;
 use crate::server::context::ServerCtx;
 use crate::server::error::ApiError;
+use crate::sync::LockExt;
 
 /// The TTL of the lease a session grants when the request names none (clientv3
 /// concurrency's `defaultSessionTTL`).
@@ -192,7 +193,7 @@ impl LocalClient {
 
     /// The running hub, or a new one.
     fn hub(&self) -> Arc<Hub> {
-        let mut h = self.hub.lock().expect("recipe hub lock");
+        let mut h = self.hub.lock_or_recover();
         if let Some(hub) = h.upgrade() {
             return hub;
         }

@@ -26,6 +26,7 @@ use crate::mvcc::MvccError;
 use crate::proto::mvccpb::Event;
 use crate::raft::RaftNode;
 use crate::server::context::ServerCtx;
+use crate::sync::LockExt;
 
 /// Batches kept for streams that are behind.
 pub const HUB_BUFFER: usize = 256;
@@ -85,7 +86,7 @@ impl Hub {
     /// The `from` of the next batch the returned receiver will get, and the receiver.
     /// `None` once the member is stopping.
     pub fn subscribe(&self) -> Option<(i64, broadcast::Receiver<Arc<Batch>>)> {
-        let st = self.state.lock().expect("hub lock");
+        let st = self.state.lock_or_recover();
         st.tx.as_ref().map(|tx| (st.frontier, tx.subscribe()))
     }
 
@@ -95,11 +96,11 @@ impl Hub {
     }
 
     fn frontier(&self) -> i64 {
-        self.state.lock().expect("hub lock").frontier
+        self.state.lock_or_recover().frontier
     }
 
     fn publish(&self, batch: Batch) {
-        let mut st = self.state.lock().expect("hub lock");
+        let mut st = self.state.lock_or_recover();
         debug_assert_eq!(batch.from, st.frontier);
         st.frontier = batch.to;
         if let Some(tx) = &st.tx {
@@ -109,7 +110,7 @@ impl Hub {
     }
 
     fn close(&self) {
-        self.state.lock().expect("hub lock").tx = None;
+        self.state.lock_or_recover().tx = None;
     }
 }
 

@@ -604,6 +604,87 @@ fn resolve(flag: &str, u: &str) -> Result<SocketAddr, ConfigError> {
 
 impl Flags {
     pub fn validate(self) -> Result<Config, ConfigError> {
+        self.check_name_and_request_size()?;
+        let data_dir = self
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.kvd", self.name)));
+        let urls = self.urls()?;
+        let (initial_cluster_state, initial_cluster) = self.cluster(&urls.advertise_peer)?;
+        // TLS for clients and peers
+        let tls = self.tls.validate(
+            &urls.listen_client,
+            &urls.listen_peer,
+            &initial_cluster
+                .values()
+                .flatten()
+                .chain(&urls.advertise_peer)
+                .cloned()
+                .collect::<Vec<_>>(),
+        )?;
+        self.check_raft_timing_and_txn_ops()?;
+        let watch_progress_notify_interval = self.watch_progress_notify_interval()?;
+        let (gates, initial_corrupt_check, corrupt_check_time) = self.corruption_checks()?;
+        self.check_memory_budget()?;
+        let log = self.log_config()?;
+        let without_effect = self.without_effect(gates.without_effect);
+        Ok(Config {
+            name: self.name,
+            data_dir,
+            // etcd treats an empty --wal-dir as not given.
+            wal_dir: self.wal_dir.filter(|d| !d.as_os_str().is_empty()),
+            listen_client: urls.listen_client_addrs,
+            advertise_client_urls: urls.advertise_client,
+            listen_peer: urls.listen_peer_addrs,
+            listen_metrics: urls.listen_metrics_addrs,
+            advertise_peer_urls: urls.advertise_peer,
+            initial_cluster,
+            initial_cluster_state,
+            initial_cluster_token: self.initial_cluster_token,
+            heartbeat: Duration::from_millis(self.heartbeat_interval),
+            election_timeout: Duration::from_millis(self.election_timeout),
+            snapshot_count: self.snapshot_count,
+            snapshot_catchup_entries: self
+                .snapshot_catchup_entries
+                .unwrap_or(self.experimental_snapshot_catchup_entries),
+            max_request_bytes: self.max_request_bytes,
+            max_txn_ops: self.max_txn_ops,
+            log,
+            watch_progress_notify_interval,
+            worker_threads: match self.worker_threads {
+                0 => default_worker_threads(),
+                n => n,
+            },
+            // Quota, alarms and corruption checks
+            quota_backend_bytes: match self.quota_backend_bytes {
+                q if q < 0 => None,
+                0 => Some(DEFAULT_QUOTA_BYTES),
+                q => Some(q as u64),
+            },
+            initial_corrupt_check,
+            corrupt_check_time,
+            wal: Default::default(),
+            // Compaction, defragment and force-new-cluster
+            auto_compaction: AutoCompaction::parse(
+                &self.auto_compaction_mode,
+                &self.auto_compaction_retention,
+            )?,
+            force_new_cluster: self.force_new_cluster,
+            tls,
+            without_effect,
+            // Memory budget
+            engine: crate::mvcc::EngineOptions {
+                cache_bytes: self.experimental_backend_cache_bytes,
+            },
+            raft_log_cache_bytes: usize::try_from(self.experimental_raft_log_cache_bytes)
+                .unwrap_or(usize::MAX),
+            // Authentication
+            auth: AuthConfig::parse(&self.auth_token, self.auth_token_ttl, self.bcrypt_cost)?,
+        })
+    }
+
+    /// Refuses an empty member name and a request size no WAL record or peer message can hold.
+    fn check_name_and_request_size(&self) -> Result<(), ConfigError> {
         if self.name.is_empty() {
             return err("--name must not be empty");
         }
@@ -615,21 +696,22 @@ impl Flags {
                 self.max_request_bytes
             ));
         }
-        let data_dir = self
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("{}.kvd", self.name)));
-        let listen_client_urls = split_urls("listen-client-urls", &self.listen_client_urls)?;
-        let listen_peer_urls = split_urls("listen-peer-urls", &self.listen_peer_urls)?;
-        let listen_client = listen_client_urls
+        Ok(())
+    }
+
+    /// The listen and advertise URLs, and the addresses the listeners bind.
+    fn urls(&self) -> Result<Urls, ConfigError> {
+        let listen_client = split_urls("listen-client-urls", &self.listen_client_urls)?;
+        let listen_peer = split_urls("listen-peer-urls", &self.listen_peer_urls)?;
+        let listen_client_addrs = listen_client
             .iter()
             .map(|u| resolve("listen-client-urls", u))
             .collect::<Result<_, _>>()?;
-        let listen_peer = listen_peer_urls
+        let listen_peer_addrs = listen_peer
             .iter()
             .map(|u| resolve("listen-peer-urls", u))
             .collect::<Result<_, _>>()?;
-        let listen_metrics = if self.listen_metrics_urls.trim().is_empty() {
+        let listen_metrics_addrs = if self.listen_metrics_urls.trim().is_empty() {
             Vec::new()
         } else {
             // kubeadm's etcd command line: kubeadm's metrics URL is plain http.
@@ -649,12 +731,27 @@ impl Flags {
                 .map(|u| resolve("listen-metrics-urls", u))
                 .collect::<Result<_, _>>()?
         };
-        let advertise_client_urls =
-            split_urls("advertise-client-urls", &self.advertise_client_urls)?;
-        let advertise_peer_urls = split_urls(
+        let advertise_client = split_urls("advertise-client-urls", &self.advertise_client_urls)?;
+        let advertise_peer = split_urls(
             "initial-advertise-peer-urls",
             &self.initial_advertise_peer_urls,
         )?;
+        Ok(Urls {
+            listen_client,
+            listen_peer,
+            listen_client_addrs,
+            listen_peer_addrs,
+            listen_metrics_addrs,
+            advertise_client,
+            advertise_peer,
+        })
+    }
+
+    /// Whether the member starts a new cluster or joins one, and the initial members' URLs.
+    fn cluster(
+        &self,
+        advertise_peer_urls: &[String],
+    ) -> Result<(ClusterState, BTreeMap<String, Vec<String>>), ConfigError> {
         let initial_cluster_state = match self.initial_cluster_state.as_str() {
             "new" => ClusterState::New,
             "existing" => ClusterState::Existing,
@@ -667,19 +764,13 @@ impl Flags {
         let initial_cluster = parse_initial_cluster(
             &self.name,
             self.initial_cluster.as_deref(),
-            &advertise_peer_urls,
+            advertise_peer_urls,
         )?;
-        // TLS for clients and peers
-        let tls = self.tls.validate(
-            &listen_client_urls,
-            &listen_peer_urls,
-            &initial_cluster
-                .values()
-                .flatten()
-                .chain(&advertise_peer_urls)
-                .cloned()
-                .collect::<Vec<_>>(),
-        )?;
+        Ok((initial_cluster_state, initial_cluster))
+    }
+
+    /// Refuses an election timeout Raft cannot keep stable and a zero txn-ops limit.
+    fn check_raft_timing_and_txn_ops(&self) -> Result<(), ConfigError> {
         if self.heartbeat_interval == 0 || self.election_timeout < 5 * self.heartbeat_interval {
             return err(format!(
                 "--election-timeout[{}ms] should be at least 5 times as --heartbeat-interval[{}ms]",
@@ -689,7 +780,12 @@ impl Flags {
         if self.max_txn_ops == 0 {
             return err("--max-txn-ops must be positive");
         }
-        let watch_progress_notify_interval = match (
+        Ok(())
+    }
+
+    /// How often idle watchers get a progress notification, from the flag or its old name.
+    fn watch_progress_notify_interval(&self) -> Result<Duration, ConfigError> {
+        let interval = match (
             &self.watch_progress_notify_interval,
             &self.experimental_watch_progress_notify_interval,
         ) {
@@ -697,9 +793,14 @@ impl Flags {
             (None, Some(s)) => parse_go_duration("experimental-watch-progress-notify-interval", s)?,
             (None, None) => DEFAULT_WATCH_PROGRESS_NOTIFY_INTERVAL,
         };
-        if watch_progress_notify_interval.is_zero() {
+        if interval.is_zero() {
             return err("--watch-progress-notify-interval must be positive");
         }
+        Ok(interval)
+    }
+
+    /// The feature gates, and the corruption checks they and the flags ask for.
+    fn corruption_checks(&self) -> Result<(gates::Gates, bool, Duration), ConfigError> {
         // kubeadm's etcd command line
         let gates = super::config::gates::parse(&self.feature_gates)?;
         let initial_corrupt_check = match (
@@ -723,82 +824,51 @@ impl Flags {
                 &self.experimental_corrupt_check_time,
             )?,
         };
-        // Memory budget
+        Ok((gates, initial_corrupt_check, corrupt_check_time))
+    }
+
+    /// Refuses a storage engine cache below the engine's minimum.
+    fn check_memory_budget(&self) -> Result<(), ConfigError> {
         if self.experimental_backend_cache_bytes < crate::mvcc::EngineOptions::MIN_CACHE_BYTES {
             return err(format!(
                 "--experimental-backend-cache-bytes must be at least {}",
                 crate::mvcc::EngineOptions::MIN_CACHE_BYTES
             ));
         }
-        Ok(Config {
-            name: self.name,
-            data_dir,
-            // etcd treats an empty --wal-dir as not given.
-            wal_dir: self.wal_dir.filter(|d| !d.as_os_str().is_empty()),
-            listen_client,
-            advertise_client_urls,
-            listen_peer,
-            listen_metrics,
-            advertise_peer_urls,
-            initial_cluster,
-            initial_cluster_state,
-            initial_cluster_token: self.initial_cluster_token,
-            heartbeat: Duration::from_millis(self.heartbeat_interval),
-            election_timeout: Duration::from_millis(self.election_timeout),
-            snapshot_count: self.snapshot_count,
-            snapshot_catchup_entries: self
-                .snapshot_catchup_entries
-                .unwrap_or(self.experimental_snapshot_catchup_entries),
-            max_request_bytes: self.max_request_bytes,
-            max_txn_ops: self.max_txn_ops,
-            log: LogConfig::new(
-                // etcd 3.4's capnslog logs at debug level with --debug, whatever --log-level.
-                if self.debug { "debug" } else { &self.log_level },
-                &self.logger,
-                self.log_format.as_deref(),
-                &self.log_outputs,
-            )?,
-            watch_progress_notify_interval,
-            worker_threads: match self.worker_threads {
-                0 => default_worker_threads(),
-                n => n,
-            },
-            // Quota, alarms and corruption checks
-            quota_backend_bytes: match self.quota_backend_bytes {
-                q if q < 0 => None,
-                0 => Some(DEFAULT_QUOTA_BYTES),
-                q => Some(q as u64),
-            },
-            initial_corrupt_check,
-            corrupt_check_time,
-            wal: Default::default(),
-            // Compaction, defragment and force-new-cluster
-            auto_compaction: AutoCompaction::parse(
-                &self.auto_compaction_mode,
-                &self.auto_compaction_retention,
-            )?,
-            force_new_cluster: self.force_new_cluster,
-            tls,
-            without_effect: {
-                let mut w = gates.without_effect;
-                if self.debug {
-                    w.push(
-                        "--debug is deprecated (etcd 3.5 removed it): use --log-level=debug"
-                            .to_string(),
-                    );
-                }
-                w
-            },
-            // Memory budget
-            engine: crate::mvcc::EngineOptions {
-                cache_bytes: self.experimental_backend_cache_bytes,
-            },
-            raft_log_cache_bytes: usize::try_from(self.experimental_raft_log_cache_bytes)
-                .unwrap_or(usize::MAX),
-            // Authentication
-            auth: AuthConfig::parse(&self.auth_token, self.auth_token_ttl, self.bcrypt_cost)?,
-        })
+        Ok(())
     }
+
+    /// The logger's level, format and outputs.
+    fn log_config(&self) -> Result<LogConfig, ConfigError> {
+        LogConfig::new(
+            // etcd 3.4's capnslog logs at debug level with --debug, whatever --log-level.
+            if self.debug { "debug" } else { &self.log_level },
+            &self.logger,
+            self.log_format.as_deref(),
+            &self.log_outputs,
+        )
+    }
+
+    /// The warnings for accepted flags and gates that change nothing.
+    fn without_effect(&self, mut gates_without_effect: Vec<String>) -> Vec<String> {
+        if self.debug {
+            gates_without_effect.push(
+                "--debug is deprecated (etcd 3.5 removed it): use --log-level=debug".to_string(),
+            );
+        }
+        gates_without_effect
+    }
+}
+
+/// The URL flags, split, with the addresses the listeners bind.
+struct Urls {
+    listen_client: Vec<String>,
+    listen_peer: Vec<String>,
+    listen_client_addrs: Vec<SocketAddr>,
+    listen_peer_addrs: Vec<SocketAddr>,
+    listen_metrics_addrs: Vec<SocketAddr>,
+    advertise_client: Vec<String>,
+    advertise_peer: Vec<String>,
 }
 
 /// Half the CPUs, at least one. The async workers are not all of kvd's threads: the WAL

@@ -22,6 +22,7 @@ use crate::proto::etcdserverpb::DefragmentResponse;
 use crate::raft::RaftNode;
 use crate::server::api::maintenance::dir_size;
 use crate::server::error::ApiError;
+use crate::sync::LockExt;
 
 /// How long a computed `dbSizeInUse` is reused: a scan reads the whole store (1.5 GiB at a
 /// million keys of 1 KiB), so a monitor polling status every few seconds must not run one
@@ -73,10 +74,7 @@ struct InUse {
 static IN_USE: Mutex<Option<HashMap<PathBuf, InUse>>> = Mutex::new(None);
 
 fn in_use<T>(f: impl FnOnce(&mut HashMap<PathBuf, InUse>) -> T) -> T {
-    f(IN_USE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new))
+    f(IN_USE.lock_or_recover().get_or_insert_with(HashMap::new))
 }
 
 fn forget_in_use(dir: &PathBuf) {

@@ -23,6 +23,7 @@ use crate::raft::RaftNode;
 use crate::server::api::maintenance::dir_size;
 use crate::server::config::{DEFAULT_QUOTA_BYTES, MAX_QUOTA_BYTES};
 use crate::server::error::ApiError;
+use crate::sync::LockExt;
 
 /// etcd's `kvOverhead`: the estimated cost of a key's metadata.
 const KV_OVERHEAD: u64 = 256;
@@ -87,7 +88,7 @@ impl Quota {
 
     /// The state-machine database's size, at most [`SIZE_REFRESH`] old.
     fn db_size(&self) -> u64 {
-        let mut cached = self.size.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = self.size.lock_or_recover();
         match *cached {
             Some((at, size)) if at.elapsed() < SIZE_REFRESH => size,
             _ => {

@@ -100,12 +100,61 @@ pub fn serve(
     let (removed_tx, removed_rx) = watch::channel(false);
     let (stop, stop_rx) = watch::channel(false);
 
+    let mut servers = peer_servers(
+        cfg,
+        member,
+        node,
+        &reconfig,
+        &removed_tx,
+        listeners.peer,
+        &stop_rx,
+    );
+    let ctx = server_ctx(cfg, node, cluster_id, reconfig);
+    // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
+    // checks the request itself against max-request-bytes.
+    let max_msg = cfg.max_request_bytes + 512 * 1024;
+    let services = client_services(cfg, member, &ctx, max_msg);
+    let scrape = observe::Scrape::new(node.clone());
+    let mut aux = vec![tokio::spawn(scrape.clone().watch_leader())];
+    servers.extend(client_servers(
+        cfg,
+        member,
+        node,
+        &services,
+        &scrape,
+        listeners.client,
+        &stop_rx,
+    ));
+    aux.extend(metrics_listeners(listeners.metrics, &scrape, &stop_rx));
+    let background = background_duties(cfg, &ctx, links, &removed_tx);
+    tracing::info!("ready to serve client requests");
+    Serving {
+        servers,
+        aux,
+        background,
+        stop,
+        _removed_tx: removed_tx,
+        removed_rx,
+    }
+}
+
+/// One peer-protocol server per peer listener, answering for the leader's duties when leader.
+fn peer_servers(
+    cfg: &Config,
+    member: &MemberDir,
+    node: &RaftNode,
+    reconfig: &Arc<membership::Reconfig>,
+    removed_tx: &watch::Sender<bool>,
+    listeners: Vec<TcpListener>,
+    stop_rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<Result<(), tonic::transport::Error>>> {
+    let cluster_id = member.ident.cluster_id;
     let duties: Arc<dyn LeaderDuties> = Arc::new(leader_duties::ServerDuties {
         node: node.clone(),
         reconfig: reconfig.clone(),
     });
     let mut servers = Vec::new();
-    for (i, l) in listeners.peer.into_iter().enumerate() {
+    for (i, l) in listeners.into_iter().enumerate() {
         let svc = PeerServer::new(PeerService {
             node: node.clone(),
             cluster_id,
@@ -125,7 +174,16 @@ pub fn serve(
             },
         );
     }
+    servers
+}
 
+/// What every client service shares: the node, the limits, quota, passwords and tokens.
+fn server_ctx(
+    cfg: &Config,
+    node: &RaftNode,
+    cluster_id: u64,
+    reconfig: Arc<membership::Reconfig>,
+) -> ServerCtx {
     let ctx = ServerCtx {
         node: node.clone(),
         cluster_id,
@@ -145,17 +203,25 @@ pub fn serve(
         jwt: cfg.auth.jwt.clone(),
     };
     node.auth().tokens.set_ttl(cfg.auth.token_ttl);
-    // etcd lets the transport accept max-request-bytes plus 512 KiB of gRPC overhead, and
-    // checks the request itself against max-request-bytes.
-    let max_msg = cfg.max_request_bytes + 512 * 1024;
-    let services = client_services(cfg, member, &ctx, max_msg);
-    let scrape = observe::Scrape::new(node.clone());
-    let mut aux = vec![tokio::spawn(scrape.clone().watch_leader())];
-    for (i, l) in listeners.client.into_iter().enumerate() {
+    ctx
+}
+
+/// One client server per client listener, serving gRPC and the JSON gateway on one port.
+fn client_servers(
+    cfg: &Config,
+    member: &MemberDir,
+    node: &RaftNode,
+    services: &gateway::Services,
+    scrape: &observe::Scrape,
+    listeners: Vec<TcpListener>,
+    stop_rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<Result<(), tonic::transport::Error>>> {
+    let mut servers = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
         // HTTP/1.1 for the JSON gateway; gRPC stays on HTTP/2 (hyper tells them apart by the
         // HTTP/2 preface), as etcd multiplexes both on its client port.
         let server = tonic::transport::Server::builder().accept_http1(true);
-        let dispatch = client_dispatch(&services, node, &scrape);
+        let dispatch = client_dispatch(services, node, scrape);
         let stop = stopped(stop_rx.clone());
         servers.push(
             match tls_for(&cfg.tls.listen_client_https, i, &member.tls.client_server) {
@@ -177,8 +243,17 @@ pub fn serve(
             },
         );
     }
+    servers
+}
 
-    for l in listeners.metrics {
+/// One metrics server per metrics listener.
+fn metrics_listeners(
+    listeners: Vec<TcpListener>,
+    scrape: &observe::Scrape,
+    stop_rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut aux = Vec::new();
+    for l in listeners {
         let fut = observe::serve(l, scrape.clone(), stopped(stop_rx.clone()));
         aux.push(tokio::spawn(async move {
             if let Err(e) = fut.await {
@@ -186,13 +261,24 @@ pub fn serve(
             }
         }));
     }
+    aux
+}
 
+/// The member's duties beside serving: lease expiry, peer probes, publishing its attributes,
+/// and the corruption checks and compactions the flags ask for.
+fn background_duties(
+    cfg: &Config,
+    ctx: &ServerCtx,
+    links: Links,
+    removed_tx: &watch::Sender<bool>,
+) -> Vec<JoinHandle<()>> {
+    let node = &ctx.node;
     let mut background = vec![
         tokio::spawn(lease::lessor_duties(node.clone())),
         tokio::spawn(crate::raft::prober::run(
             node.clone(),
             links,
-            cluster_id,
+            ctx.cluster_id,
             removed_tx.clone(),
         )),
         tokio::spawn(publish(
@@ -213,15 +299,7 @@ pub fn serve(
             mode,
         )));
     }
-    tracing::info!("ready to serve client requests");
-    Serving {
-        servers,
-        aux,
-        background,
-        stop,
-        _removed_tx: removed_tx,
-        removed_rx,
-    }
+    background
 }
 
 /// The etcd services, each refusing what a learner must not answer.

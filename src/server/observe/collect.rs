@@ -9,6 +9,7 @@ use crate::metrics::{
 };
 use crate::raft::RaftNode;
 use crate::server::version::{COMMIT, LOG_FORMAT, VERSION};
+use crate::sync::LockExt;
 
 /// What a scrape reads from; cheap to clone into each HTTP handler.
 #[derive(Clone)]
@@ -53,6 +54,17 @@ impl Scrape {
 /// The `/metrics` body.
 pub fn render(s: &Scrape) -> String {
     let mut w = TextWriter::new();
+    build(&mut w, s);
+    disk(&mut w, s);
+    server(&mut w, s);
+    db_size(&mut w, s);
+    network(&mut w);
+    grpc(&mut w);
+    w.finish()
+}
+
+/// Which build this member runs and whether it can apply the cluster's log format.
+fn build(w: &mut TextWriter, s: &Scrape) {
     let log_format = LOG_FORMAT.to_string();
     w.gauge_vec(
         "kvd_build_info",
@@ -85,6 +97,10 @@ pub fn render(s: &Scrape) -> String {
             0.0
         },
     );
+}
+
+/// WAL fsync latency and bytes, backend commit latency and compacted keys.
+fn disk(w: &mut TextWriter, s: &Scrape) {
     let wal = s.node.wal_stats();
     w.histogram(
         "etcd_disk_wal_fsync_duration_seconds",
@@ -110,7 +126,10 @@ pub fn render(s: &Scrape) -> String {
         "Total number of db keys compacted.",
         COMPACTION_KEYS.load(Ordering::Relaxed) as f64,
     );
+}
 
+/// Raft progress as etcd's server metrics: proposals, forwarding, leadership and term.
+fn server(w: &mut TextWriter, s: &Scrape) {
     let (committed, applied, leader, term) = {
         let st = s.node.status();
         (st.committed, st.applied, st.leader, st.term)
@@ -166,12 +185,20 @@ pub fn render(s: &Scrape) -> String {
         "The current Raft term of this member (kvd).",
         term as f64,
     );
+}
+
+/// The size on disk of the current storage engine generation.
+fn db_size(w: &mut TextWriter, s: &Scrape) {
     w.gauge(
         "etcd_mvcc_db_total_size_in_bytes",
         "Total size of the underlying database physically allocated in bytes.",
         // The current engine generation (defragmentation moves it).
         crate::server::api::maintenance::dir_size(&s.node.db_dir()) as f64,
     );
+}
+
+/// Per-peer send failures and snapshot transfers, and whether a snapshot is being applied.
+fn network(w: &mut TextWriter) {
     use crate::metrics::{
         PEER_SENT_FAILURES, SNAPSHOT_RECEIVE_FAILURES, SNAPSHOT_RECEIVE_SUCCESS,
         SNAPSHOT_SEND_FAILURES, SNAPSHOT_SEND_SUCCESS,
@@ -209,8 +236,7 @@ pub fn render(s: &Scrape) -> String {
         ),
     ] {
         let peers: Vec<(String, u64)> = counter
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_or_recover()
             .iter()
             .map(|(id, n)| (format!("{id:x}"), *n))
             .collect();
@@ -246,6 +272,10 @@ pub fn render(s: &Scrape) -> String {
         "1 if the server is applying the incoming snapshot. 0 if none.",
         SNAPSHOT_APPLY_IN_PROGRESS.load(Ordering::Relaxed) as f64,
     );
+}
+
+/// Completed RPCs by service, method and status code.
+fn grpc(w: &mut TextWriter) {
     let table = grpc_table();
     w.counter_vec(
         "grpc_server_handled_total",
@@ -261,5 +291,4 @@ pub fn render(s: &Scrape) -> String {
             )
         }),
     );
-    w.finish()
 }

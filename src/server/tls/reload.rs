@@ -13,6 +13,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::sync::LockExt;
+
 use rustls::client::ResolvesClientCert;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -73,7 +75,7 @@ impl CertFiles {
     /// The certificate to present now.
     pub fn current(&self) -> Arc<CertifiedKey> {
         let now = files::stamps(&[&self.cert, &self.key]);
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock_or_recover();
         if now != st.loaded && st.failed.as_ref() != Some(&now) {
             match load(&self.cert, &self.key) {
                 Ok(k) => {

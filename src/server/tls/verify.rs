@@ -19,6 +19,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::sync::LockExt;
+
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -90,7 +92,7 @@ impl<T: ?Sized> Reloading<T> {
 
     fn current(&self) -> Arc<T> {
         let now = files::stamps(&self.paths.iter().collect::<Vec<_>>());
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock_or_recover();
         if now != st.0 && st.2.as_ref() != Some(&now) {
             match (self.build)(&self.paths) {
                 Ok(v) => {
