@@ -427,6 +427,9 @@ async fn auth_survives_restarts_and_snapshot_installs() {
     let leader = c.wait_for_leader(Duration::from_secs(10)).await;
     let lagging = (leader + 1) % 3;
     let up = (leader + 2) % 3;
+    // Auth changes need the cluster's log format, which the leader raises once it has heard
+    // every member: stop one only after that.
+    c.wait_for_log_format(up, Duration::from_secs(20)).await;
     c.kill(lagging);
     // Auth set up while the member is down, then enough writes that it catches up by snapshot.
     let root = {

@@ -494,6 +494,28 @@ impl Cluster {
         None
     }
 
+    /// Waits until member `i` (plain HTTP) has applied the cluster log format this build
+    /// writes. The leader raises it once it has heard every member; a member stopped before
+    /// that keeps the cluster at the oldest format while it is down, and requests that need a
+    /// newer one (auth changes, alarms) are refused meanwhile, so a test that stops a member
+    /// right after the start waits for this first.
+    pub async fn wait_for_log_format(&self, i: usize, timeout: Duration) {
+        let want = format!("\nkvd_cluster_log_format {}\n", kvd::raft::log_format::LOG_FORMAT);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (_, body) = http_get(self.members[i].client_port, "/metrics").await;
+            if body.contains(&want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "member {i} never applied the cluster log format {}",
+                kvd::raft::log_format::LOG_FORMAT
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn wait_for_leader(&self, timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
         loop {
