@@ -202,13 +202,15 @@ impl RaftNode {
     fn format_refusal(&self, needed: u32) -> ProposeError {
         let behind = self.formats.behind(self, needed);
         let who = if behind.is_empty() {
-            "the members that run an older kvd".to_string()
+            "some member".to_string()
         } else {
             format!("member(s) {}", behind.join(", "))
         };
+        // A member that is down reports nothing, as a build that predates formats does.
         ProposeError::ClusterFormat(format!(
             "kvd: this request needs every member to apply log format {needed}, and the \
-             cluster's log format is {}: upgrade {who} to this kvd ({}) and retry",
+             cluster's log format is {}: {who} did not report it (down, or running a kvd \
+             older than {}); start or upgrade them and retry",
             self.sm.cluster_format(),
             env!("CARGO_PKG_VERSION"),
         ))

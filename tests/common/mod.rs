@@ -500,7 +500,10 @@ impl Cluster {
     /// newer one (auth changes, alarms) are refused meanwhile, so a test that stops a member
     /// right after the start waits for this first.
     pub async fn wait_for_log_format(&self, i: usize, timeout: Duration) {
-        let want = format!("\nkvd_cluster_log_format {}\n", kvd::raft::log_format::LOG_FORMAT);
+        let want = format!(
+            "\nkvd_cluster_log_format {}\n",
+            kvd::raft::log_format::LOG_FORMAT
+        );
         let deadline = Instant::now() + timeout;
         loop {
             let (_, body) = http_get(self.members[i].client_port, "/metrics").await;
