@@ -6,7 +6,7 @@
 //! - [`mvcc`]: etcd's revisioned key space, leases and members, on a storage engine.
 //! - [`auth`]: users, roles, permissions, tokens (etcd's auth store), beside `mvcc`.
 //! - [`raft`]: openraft on the WAL and the MVCC state machine, the peer network, the leader's
-//!   lease expiry tracking (`raft::lessor`).
+//!   lease expiry tracking (`raft::sm::lessor`).
 //! - [`server`]: the etcd v3 gRPC services, the JSON gateway, membership checks, the validated
 //!   flag set (`server::config`) and what a member exports about itself (`server::observe`).
 //! - The binaries (`cmd/`) sit on top.

@@ -141,6 +141,47 @@ fn no_module_names_a_layer_above_it() {
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
+/// Inside the Raft layer, the parts named by folders keep their order (src/raft/mod.rs): the
+/// leaves, then the state machine (`sm/`) and the log (`log/`), which do not know each other,
+/// then the transport (`net/`), then the node. A part names the leaves and the parts below it,
+/// never one above. A test module (`*_tests.rs`) may drive its part through a higher one.
+#[test]
+fn the_raft_layers_parts_keep_their_order() {
+    const LEAVES: &[&str] = &["types", "codec", "error", "limits", "log_format"];
+    let parts: &[(&str, &[&str])] = &[("sm", &[]), ("log", &[]), ("net", &["sm"])];
+    let raft = root().join("src").join("raft");
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for (part, below) in parts {
+        let mut files = Vec::new();
+        rust_files(&raft.join(part), &mut files);
+        assert!(!files.is_empty(), "src/raft/{part} has no files");
+        for f in files {
+            let name = f.file_name().unwrap().to_str().unwrap();
+            if name.ends_with("_tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            let rel = f.strip_prefix(root()).unwrap().display().to_string();
+            if text.contains("super::super::") {
+                violations.push(format!("{rel}: a `super::super::` path leaves its part"));
+            }
+            if text.contains("crate::raft::{") {
+                violations.push(format!("{rel}: grouped `crate::raft::{{..}}` import"));
+            }
+            for m in named_modules(&text, "crate::raft::") {
+                checked += 1;
+                let allowed = m == *part || LEAVES.contains(&m) || below.contains(&m);
+                if !allowed {
+                    violations.push(format!("{rel}: `{part}` names `crate::raft::{m}`"));
+                }
+            }
+        }
+    }
+    assert!(checked > 30, "the scan found only {checked} paths");
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
 /// Where a field chain `node.<field>` reaches into the Raft node's insides; the fields are
 /// private to `src/raft`, so this catches a chain through another name of the node too
 /// (`ctx.node.sm`) before the compiler's message would.

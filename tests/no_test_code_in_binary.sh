@@ -2,7 +2,7 @@
 # Fails when the release library or a release binary contains test-only code: the
 # linearizability checker (the kvd-testkit crate) or the WAL's simulated file system (kvd's
 # `testkit` feature). Release builds keep line tables (`debug = 1`), so code compiled from
-# those files leaves its source path behind; the fault tests' peer dial override (raft/dial_override.rs)
+# those files leaves its source path behind; the fault tests' peer dial override (raft/net/dial_override.rs)
 # also leaves its environment variable's name. The linker already drops unreferenced functions
 # from a binary, so the library is the stricter check: it holds every function compiled.
 #
@@ -21,7 +21,7 @@ check() {
     echo "FAIL: $f lacks $probe: no line tables, this check would see nothing"
     status=1
   fi
-  for needle in linearizability/check.rs linearizability/model.rs wal/simfs.rs kvd_testkit raft/dial_override.rs \
+  for needle in linearizability/check.rs linearizability/model.rs wal/simfs.rs kvd_testkit raft/net/dial_override.rs \
     KVD_TEST_PEER_DIAL_OVERRIDE; do
     if grep -a -q -F "$needle" "$f"; then
       echo "FAIL: $f contains test-only code ($needle)"

@@ -32,7 +32,7 @@
 //!   which openraft may purge the log. In the other runs it is always kept.
 //! - **Snapshot files** (`member/sm/snap`, real files, not routed through the SimFs): only a
 //!   received snapshot is a file, until it is loaded; assumed to survive once renamed into
-//!   place (the unit tests `power_loss_tests` of `raft::snapshot_file`, `raft::engine_dir` and
+//!   place (the unit tests `power_loss_tests` of `raft::sm::snapshot_file`, `raft::sm::engine_dir` and
 //!   `server::backup::restore` crash those files, the engine switch and a restore on a SimFs). Half of the runs use a small `--snapshot-count` so snapshot points, log purges and
 //!   snapshot sends and installs happen; the others never snapshot.
 //! - **Identity** (`member/member.json`): written once at bootstrap, before any crash.

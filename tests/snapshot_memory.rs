@@ -9,7 +9,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kvd::raft::snapshot_file::{self, Entry};
+use kvd::raft::sm::snapshot_file::{self, Entry};
 use kvd::raft::types::SnapshotMeta;
 use kvd::raft::StoreError;
 

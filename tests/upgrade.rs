@@ -355,7 +355,7 @@ impl Run {
         n: usize,
     ) -> Result<Vec<String>, String> {
         self.make_leader(leader).await?;
-        let ttl = kvd::raft::lessor::min_ttl(ELECTION_TIMEOUT);
+        let ttl = kvd::raft::sm::lessor::min_ttl(ELECTION_TIMEOUT);
         let mut lease = self.lease(leader);
         let mut kv = self.kv(leader);
         let mut ids = Vec::new();

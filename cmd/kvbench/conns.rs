@@ -37,11 +37,11 @@ pub async fn connect(g: &Global) -> anyhow::Result<Vec<Channel>> {
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true);
         let ch = if u.starts_with("https://") {
-            let (addr, name) = kvd::raft::dial::target(&u).map_err(anyhow::Error::msg)?;
+            let (addr, name) = kvd::raft::net::dial::target(&u).map_err(anyhow::Error::msg)?;
             let config = tls
                 .clone()
                 .context("https endpoints need --cacert (and --cert/--key for mutual TLS)")?;
-            ep.connect_with_connector(kvd::raft::dial::TlsDial { config, addr, name })
+            ep.connect_with_connector(kvd::raft::net::dial::TlsDial { config, addr, name })
                 .await
         } else {
             ep.connect().await

@@ -17,7 +17,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 /// Noisy dependencies, down to what an operator acts on. openraft warns on every failed RPC
-/// (thousands a second while a peer is down); kvd's own `raft::links` reports peers instead.
+/// (thousands a second while a peer is down); kvd's own `raft::net::links` reports peers instead.
 /// rustls warns from its ClientHello parser on every connection whose client sends an IP
 /// address as SNI (Node's etcd3 does), which it then ignores as RFC 6066 says; a handshake that
 /// fails still reaches the log through kvd's acceptor ("rejected connection"), and rustls'

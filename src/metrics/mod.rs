@@ -64,7 +64,7 @@ pub static PROPOSALS_FAILED: AtomicU64 = AtomicU64::new(0);
 pub static PROPOSALS_PENDING: AtomicI64 = AtomicI64::new(0);
 
 /// Writes this member forwarded to the leader, and the calls that carried them (kvd's own:
-/// their ratio is the mean batch, `raft::forward_batch`).
+/// their ratio is the mean batch, `raft::net::forward_batch`).
 pub static FORWARDED_WRITES: AtomicU64 = AtomicU64::new(0);
 pub static FORWARD_CALLS: AtomicU64 = AtomicU64::new(0);
 

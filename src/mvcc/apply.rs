@@ -9,7 +9,7 @@
 //! - One applier: the applied state cannot change underneath a batch (the store's apply lock).
 //! - Every change is logged for undo: a failed request leaves the overlay, the key index and
 //!   the counters as they were before it; a storage error rolls back the whole batch, the key
-//!   index and the published compacted revision included (see [`super::mem_index`] for why
+//!   index and the published compacted revision included (see [`super::index::mem`] for why
 //!   in-place index changes are safe for readers).
 //! - Nothing leaves the batch before it ends: the overlay becomes a [`Layer`] only once every
 //!   request ran, so readers never see part of a batch's history or leases.

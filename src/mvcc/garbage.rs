@@ -35,8 +35,8 @@ use crate::sync::LockExt;
 
 use super::engine::{Engine, StoreEngine, Tree, WriteBatch};
 use super::error::MvccError;
+use super::index::mem::MemIndex;
 use super::index::Revision;
-use super::mem_index::MemIndex;
 
 /// Records deleted per engine batch: a few milliseconds of work, so neither the committer's
 /// persists nor a snapshot waiting for the history gate are held up for long.

@@ -5,7 +5,7 @@
 //! # HashKV
 //! etcd 3.4 (`mvcc/kvstore.go`, `HashByRev`) feeds CRC-32C (Castagnoli) with the bucket name
 //! `key`, then with every history entry of its `key` bucket whose revision is at most `rev`, as
-//! the bucket stores it: etcd's revision key (17 or 18 bytes, see [`super::etcd_format`]) and
+//! the bucket stores it: etcd's revision key (17 or 18 bytes, see [`super::etcd::format`]) and
 //! etcd's marshalled `KeyValue`. Entries at or below the compacted revision `C` count only if
 //! they are in `keep`, the revisions a compaction at `rev` would keep (each key's newest
 //! revision `<= rev` unless it is a tombstone); when `keep` is empty (no key is live at
@@ -34,7 +34,7 @@ use crate::sync::LockExt;
 
 use super::engine::{Engine, Tree};
 use super::error::MvccError;
-use super::etcd_format::{rev_key, value, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
+use super::etcd::format::{rev_key, value, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
 use super::index::{Record, Revision};
 use super::key_range::KeyRange;
 use super::view::View;

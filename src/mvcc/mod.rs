@@ -9,7 +9,7 @@
 //!   `key` and `mod_revision`.
 //! - [`LEASE_TREE`]: lease id (8 bytes BE) -> granted TTL in seconds (8 bytes BE). Which keys
 //!   a lease holds is not stored: it is the set of live keys whose current `KeyValue.lease`
-//!   is the id, kept in memory by [`lease_index`] in step with the key index and rebuilt
+//!   is the id, kept in memory by [`index::lease`] in step with the key index and rebuilt
 //!   with it, so a revoke costs O(keys of its lease).
 //! - [`META_TREE`]: the current and compacted revision under keys starting with
 //!   [`RESERVED_META_PREFIX`], plus whatever the caller passes to [`MvccStore::apply`].
@@ -17,7 +17,7 @@
 //! Beside them, in memory only: the pending writes ([`pending`]), the key index (user
 //! key -> generations of revisions, like etcd's `keyIndex`), so "the key's revision visible
 //! at R" needs no history scan, and the lease index (lease -> its live keys). The index is rebuilt from the history on open and on
-//! snapshot load (see [`mem_index`]).
+//! snapshot load (see [`index::mem`]).
 //!
 //! # Invariants
 //! - Every live key's `lease` is 0 or names a lease in [`LEASE_TREE`]: a put naming a
@@ -49,10 +49,12 @@
 //!   (An image may also hold compacted records not yet deleted; loading it compacts again.)
 //!
 //! # Modules
-//! The internal modules form a DAG, lowest first: `error`; `engine`, `index`, `key_range`,
-//! `request`, `gosort`, `check`; `etcd_format`, `mem_index`; `etcd_image` (after the store
-//! type); `garbage`; `pending`; `view`; `apply`; this module with `load`, `hash` and `defrag`
-//! (more `impl MvccStore`: snapshot loads, etcd's HashKV and kvd's Hash, defragmentation);
+//! The internal modules form a DAG, lowest first: `error`; `engine`, `key_range`, `request`,
+//! `check`; [`index`] (revisions and the record encoding, then the in-memory key index and
+//! lease index over them); [`etcd`] (etcd's storage encoding, its images, and Go's sort for
+//! etcd's order of ties; the image conversion comes after the store type); `garbage`;
+//! `pending`; `view`; `apply`; this module with `load`, `hash` and `defrag` (more
+//! `impl MvccStore`: snapshot loads, etcd's HashKV and kvd's Hash, defragmentation);
 //! `failpoint` beside `engine`. A module uses only modules before it.
 
 mod apply;
@@ -60,24 +62,17 @@ mod check;
 mod defrag;
 pub mod engine;
 mod error;
-pub mod etcd_format;
-mod etcd_image;
+pub mod etcd;
 pub(crate) mod failpoint;
 mod garbage;
-mod gosort;
 mod hash;
 mod index;
-mod index_key;
 mod key_range;
-mod lease_index;
 mod load;
-mod mem_index;
 mod pending;
 mod request;
 mod view;
 
-#[cfg(test)]
-mod etcd_image_tests;
 #[cfg(test)]
 mod garbage_tests;
 #[cfg(test)]
@@ -95,7 +90,7 @@ pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_M
 pub use defrag::Copied;
 pub use engine::{Engine, EngineOptions, SledEngine, StoreEngine};
 pub use error::MvccError;
-pub use etcd_image::{entries_from_etcd, EtcdEntries, Pairs, TreeEntries, TreeEntry};
+pub use etcd::image::{entries_from_etcd, EtcdEntries, Pairs, TreeEntries, TreeEntry};
 pub use hash::{Crc32c, KvHash};
 pub use index::Revision;
 pub use key_range::range_contains;
@@ -104,10 +99,10 @@ pub use request::{WriteRequest, WriteResponse};
 
 use apply::Batch;
 use engine::Tree;
+use index::lease::LeaseIndex;
+use index::mem::MemIndex;
 use index::{decode_i64, Query, Record};
 use key_range::KeyRange;
-use lease_index::LeaseIndex;
-use mem_index::MemIndex;
 use pending::{PendingWrites, MAX_PENDING};
 use view::{range_at, Applied, View};
 

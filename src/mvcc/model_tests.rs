@@ -100,8 +100,8 @@ fn model_range(m: &Kvs, req: &RangeRequest) -> RangeResponse {
     // Go's sort.Sort is not stable; the tie order is whatever its pdqsort produces.
     let less = |a: &KeyValue, b: &KeyValue| sort_key(a) < sort_key(b);
     match order {
-        SortOrder::Ascend => super::gosort::sort_by(&mut kvs, less),
-        SortOrder::Descend => super::gosort::sort_by_reverse(&mut kvs, less),
+        SortOrder::Ascend => super::etcd::gosort::sort_by(&mut kvs, less),
+        SortOrder::Descend => super::etcd::gosort::sort_by_reverse(&mut kvs, less),
         SortOrder::None => {}
     }
     let more = req.limit > 0 && kvs.len() as i64 > req.limit;

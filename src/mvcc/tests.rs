@@ -1040,7 +1040,7 @@ fn a_revoke_visits_only_the_keys_of_its_lease() {
     one(&s, grant(8, 10)).unwrap();
     one(&s, put_lease("k00007", 9)).unwrap();
     one(&s, put_lease("z", 9)).unwrap();
-    let visited = || super::mem_index::tests::VISITED.with(|v| v.get());
+    let visited = || super::index::mem::tests::VISITED.with(|v| v.get());
     let before = visited();
     one(&s, revoke(8)).unwrap();
     one(&s, revoke(9)).unwrap();

@@ -8,11 +8,11 @@
 
 use super::engine::{Engine, StoreEngine, Tree};
 use super::error::MvccError;
-use super::gosort;
+use super::etcd::gosort;
+use super::index::lease::LeaseIndex;
+use super::index::mem::MemIndex;
 use super::index::{decode_i64, Found, KeyIndex, Query, Record, Revision};
 use super::key_range::KeyRange;
-use super::lease_index::LeaseIndex;
-use super::mem_index::MemIndex;
 use super::pending::PendingWrites;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};

@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 
 use openraft::async_runtime::WatchReceiver;
 
-use super::log_format::{self, LOG_FORMAT, OLDEST_LOG_FORMAT, RELEASE_0_1_FORMAT};
-use super::node::RaftNode;
-use super::types::{Member, NodeId};
 use crate::proto::etcdserverpb::HashKvRequest;
 use crate::proto::kvdpb::{internal_request, ClusterFormat, InternalRequest};
+use crate::raft::log_format::{self, LOG_FORMAT, OLDEST_LOG_FORMAT, RELEASE_0_1_FORMAT};
+use crate::raft::node::RaftNode;
+use crate::raft::types::{Member, NodeId};
 use crate::sync::LockExt;
 
 /// How often the format of a peer that publishes none is found out again (it may have been

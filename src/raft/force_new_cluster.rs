@@ -24,10 +24,10 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
 use openraft::vote::RaftLeaderId;
 
-use super::error::StoreError;
-use super::log_store::LogStore;
-use super::state_machine::StateMachine;
-use super::types::{Entry, LogId, Membership, NodeId, Vote};
+use crate::raft::error::StoreError;
+use crate::raft::log::log_store::LogStore;
+use crate::raft::sm::state_machine::StateMachine;
+use crate::raft::types::{Entry, LogId, Membership, NodeId, Vote};
 
 /// What forcing did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,9 +151,9 @@ trait LogIdLeader {
 }
 
 impl LogIdLeader for LogId {
-    type Leader = <super::types::LeaderId as RaftLeaderId>::Committed;
+    type Leader = <crate::raft::types::LeaderId as RaftLeaderId>::Committed;
     fn leader(term: u64, node: NodeId) -> Self::Leader {
-        <super::types::LeaderId as RaftLeaderId>::new(term, node).to_committed()
+        <crate::raft::types::LeaderId as RaftLeaderId>::new(term, node).to_committed()
     }
 }
 

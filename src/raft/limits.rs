@@ -1,4 +1,5 @@
-//! How large one replicated request may be, and the limits derived from it.
+//! How large one replicated request may be, the limits derived from it, and how long a
+//! request waits.
 //!
 //! One place fixes the largest request (`MAX_REQUEST_BYTES`, the upper bound of
 //! `--max-request-bytes`); the peer message limit is derived from it, and compile-time checks
@@ -7,6 +8,8 @@
 //! record and in one peer message, so it can never be refused *after* it entered the log
 //! (a refused WAL record is a storage error that stops the member; an unsendable entry stalls
 //! replication forever).
+
+use std::time::Duration;
 
 use crate::wal::format::MAX_PAYLOAD;
 
@@ -37,3 +40,6 @@ pub const MAX_PEER_MESSAGE: usize =
 
 const _: () = assert!(MAX_REQUEST_BYTES + ENTRY_OVERHEAD <= MAX_PAYLOAD);
 const _: () = assert!(SNAPSHOT_CHUNK + (1 << 20) <= MAX_PEER_MESSAGE);
+
+/// How long a request waits for a leader, for its commit, or for a read index.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

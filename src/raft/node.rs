@@ -23,22 +23,24 @@ use bytes::Bytes;
 use openraft::raft::ReadPolicy;
 use prost::Message;
 
-use super::cluster_format::PeerFormats;
-use super::commit_hold::CommitWaits;
-pub use super::error::ProposeError;
-use super::forward_batch::{ForwardError, Forwarder};
-use super::log_format;
-use super::log_store::LogStore;
-use super::network::Channels;
-use super::peer_error::{self, PeerFailure};
-use super::read_batch::Coalescer;
-use super::state_machine::StateMachine;
-use super::types::{Command, CommandResult, Member, NodeId, Raft};
 use crate::proto::kvdpb::{ErrorCode, InternalRequest, InternalResponse, ReadIndexRequest};
+use crate::raft::cluster_format::PeerFormats;
+pub use crate::raft::error::ProposeError;
+use crate::raft::log::log_store::LogStore;
+use crate::raft::log_format;
+use crate::raft::net::commit_hold::CommitWaits;
+use crate::raft::net::forward_batch::{ForwardError, Forwarder};
+use crate::raft::net::network::Channels;
+use crate::raft::net::peer_error::{self, PeerFailure};
+use crate::raft::read_batch::Coalescer;
+use crate::raft::sm::state_machine::StateMachine;
+use crate::raft::types::{Command, CommandResult, Member, NodeId, TypeConfig};
 use crate::sync::LockExt;
 
-/// How long a request waits for a leader, for its commit, or for a read index.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::raft::limits::REQUEST_TIMEOUT;
+
+/// openraft's node over kvd's types and state machine.
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
 
 /// How long a request that needs a newer log format than the cluster's waits for the leader
 /// to raise it (it does within about a second of hearing every member) before it is refused.
@@ -58,7 +60,7 @@ pub struct RaftNode {
     /// Shared read-index rounds for linearizable reads.
     pub(super) reads: Coalescer<u64, ProposeError>,
     /// Commit indexes followers wait for (their forwarded writes and read indexes), which the
-    /// replication streams send without holding them (`super::commit_hold`).
+    /// replication streams send without holding them (`crate::raft::net::commit_hold`).
     pub(super) commit_waits: CommitWaits,
     /// Writes this member forwards to the leader, sent in batches under load.
     pub(super) forwarder: Forwarder,
@@ -394,7 +396,7 @@ impl RaftNode {
     }
 
     /// Blocks until a linearizable read may be served from this member's state machine.
-    /// Concurrent callers share read-index rounds (see [`super::read_batch`]).
+    /// Concurrent callers share read-index rounds (see [`crate::raft::read_batch`]).
     pub async fn read_barrier(&self) -> Result<(), ProposeError> {
         if let Some(why) = self.sm.needs_upgrade() {
             return Err(ProposeError::NeedsUpgrade(why.to_string()));
@@ -471,7 +473,10 @@ impl Retry {
 /// What a local proposal's outcome means for the request: its response and log index, or
 /// whether it may be proposed again.
 fn written(
-    r: Result<(CommandResult, u64), openraft::error::ClientWriteError<super::types::TypeConfig>>,
+    r: Result<
+        (CommandResult, u64),
+        openraft::error::ClientWriteError<crate::raft::types::TypeConfig>,
+    >,
 ) -> Result<(InternalResponse, u64), Retry> {
     use openraft::error::ClientWriteError;
     match r {

@@ -19,18 +19,18 @@ use openraft::ServerState;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
-use super::alarm_set::AlarmSet;
-use super::backup::BackupImage;
-use super::error::StoreError;
-use super::lessor::Lessor;
-use super::state_machine::Defragmented;
-use super::state_machine::MemberAttrs;
-use super::types::{Fatal, Member, Membership, NodeId, TypeConfig};
 use super::RaftNode;
 use crate::auth::AuthStore;
 use crate::mvcc::{Events, MvccError, MvccStore};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
 use crate::proto::kvdpb::peer_client::PeerClient;
+use crate::raft::error::StoreError;
+use crate::raft::sm::alarm_set::AlarmSet;
+use crate::raft::sm::backup::BackupImage;
+use crate::raft::sm::lessor::Lessor;
+use crate::raft::sm::state_machine::Defragmented;
+use crate::raft::sm::state_machine::MemberAttrs;
+use crate::raft::types::{Fatal, Member, Membership, NodeId, TypeConfig};
 use crate::wal::WalStats;
 
 /// This member's role in Raft.

@@ -12,9 +12,6 @@ use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::log_store::encode;
-use super::node::RaftNode;
-use super::types::{Snapshot, SnapshotMeta, Vote};
 use crate::proto::etcdserverpb::{
     HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
     LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, ResponseHeader,
@@ -26,6 +23,10 @@ use crate::proto::kvdpb::{
     ProbeRequest, ProbeResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse, RemovedRequest,
     RemovedResponse, SnapshotChunk,
 };
+use crate::raft::codec::encode;
+use crate::raft::node::RaftNode;
+use crate::raft::sm::snapshot_data::Snapshot;
+use crate::raft::types::{SnapshotMeta, Vote};
 
 /// What only the leader answers for its followers, beyond Raft itself: lease keep-alives and
 /// time-to-live queries (the leader alone tracks expiry) and membership changes (checked
@@ -140,10 +141,12 @@ impl Peer for PeerService {
         let installed = async {
             // Into a file, a chunk at a time; checked and installed by the state machine.
             let incoming = self.node.sm.receive_snapshot().map_err(fatal)?;
-            let file = super::snapshot_stream::receive(incoming, &meta, first.data, stream).await?;
+            let file =
+                crate::raft::net::snapshot_stream::receive(incoming, &meta, first.data, stream)
+                    .await?;
             let snapshot = Snapshot {
                 meta,
-                snapshot: super::snapshot_data::SnapshotData::File(file),
+                snapshot: crate::raft::sm::snapshot_data::SnapshotData::File(file),
             };
             self.node
                 .raft
@@ -212,7 +215,7 @@ impl Peer for PeerService {
                     applied: None,
                     code: s.code() as i32,
                     message: s.message().to_string(),
-                    kind: super::peer_error::kind_of(&s) as i32,
+                    kind: crate::raft::net::peer_error::kind_of(&s) as i32,
                 },
             })
         });
@@ -290,7 +293,7 @@ impl Peer for PeerService {
         let removed = self.node.sm.is_removed(r.member_id).map_err(fatal)?;
         Ok(Response::new(ProbeResponse {
             removed,
-            log_format: super::log_format::LOG_FORMAT,
+            log_format: crate::raft::log_format::LOG_FORMAT,
         }))
     }
 
@@ -329,7 +332,7 @@ impl Peer for PeerService {
                     }
                     _ => tonic::Code::Unknown,
                 };
-                super::peer_error::status_of_kind(code, e.to_string(), e.kind())
+                crate::raft::net::peer_error::status_of_kind(code, e.to_string(), e.kind())
             })?;
         Ok(Response::new(HashKvResponse {
             header: Some(ResponseHeader {

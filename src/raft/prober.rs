@@ -15,11 +15,11 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use tokio::sync::watch;
 
-use super::links::Links;
-use super::node::RaftNode;
-use super::peer_error::PeerFailure;
-use super::types::{Member, NodeId};
 use crate::proto::kvdpb::ProbeRequest;
+use crate::raft::net::links::Links;
+use crate::raft::net::peer_error::PeerFailure;
+use crate::raft::node::RaftNode;
+use crate::raft::types::{Member, NodeId};
 
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -61,7 +61,7 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
             let Some(m) = peers_of(&node).into_iter().find(|(p, _)| *p == id) else {
                 continue;
             };
-            if let Some(f) = super::cluster_format::classify_unversioned(&node, &m.1).await {
+            if let Some(f) = crate::raft::cluster_format::classify_unversioned(&node, &m.1).await {
                 node.formats.heard(id, f);
             }
         }

@@ -23,10 +23,10 @@ use openraft::type_config::alias::PayloadOf;
 use openraft::{ChangeMembers, Precondition, RaftMetrics};
 use tokio::sync::OwnedMutexGuard;
 
-use super::node::REQUEST_TIMEOUT;
-use super::types::{Member, Membership, NodeId, StoredMembership, TypeConfig};
 use super::RaftNode;
 use crate::proto::kvdpb::RemovedRequest;
+use crate::raft::limits::REQUEST_TIMEOUT;
+use crate::raft::types::{Member, Membership, NodeId, StoredMembership, TypeConfig};
 
 /// The smallest majority of `n` voters.
 pub fn quorum(n: usize) -> usize {

@@ -13,13 +13,14 @@ use std::time::Duration;
 
 use openraft::SnapshotPolicy;
 
-use super::commit_hold::CommitWaits;
-use super::links::Links;
-use super::log_store::LogStore;
-use super::network::{Channels, NetworkFactory};
-use super::state_machine::StateMachine;
-use super::types::{Fatal, Member, NodeId, Raft};
 use super::RaftNode;
+use crate::raft::log::log_store::LogStore;
+use crate::raft::net::commit_hold::CommitWaits;
+use crate::raft::net::links::Links;
+use crate::raft::net::network::{Channels, NetworkFactory};
+use crate::raft::node::Raft;
+use crate::raft::sm::state_machine::StateMachine;
+use crate::raft::types::{Fatal, Member, NodeId};
 
 /// openraft's refusal of the settings.
 pub type ConfigError = openraft::ConfigError;
@@ -99,7 +100,7 @@ impl RaftNode {
         )
         .await
         .map_err(StartError::Start)?;
-        super::in_place::track_role(&raft, log.following());
+        crate::raft::log::in_place::track_role(raft.server_metrics(), log.following());
         Ok(RaftNode {
             id,
             raft,
@@ -110,7 +111,7 @@ impl RaftNode {
             election_timeout: settings.election_timeout,
             reads: Default::default(),
             commit_waits,
-            forwarder: super::forward_batch::Forwarder::new(channels.clone()),
+            forwarder: crate::raft::net::forward_batch::Forwarder::new(channels.clone()),
             formats: Default::default(),
         })
     }

@@ -4,9 +4,9 @@
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::StorageError;
 
-use super::log_store::LogStore;
-use super::state_machine::StateMachine;
-use super::types::TypeConfig;
+use crate::raft::log::log_store::LogStore;
+use crate::raft::sm::state_machine::StateMachine;
+use crate::raft::types::TypeConfig;
 
 /// `cache: Some(n)`: the log store keeps only `n` bytes of entries in memory, so the suite
 /// reads almost every entry back from the WAL. `following`: appends may be written in place

@@ -52,12 +52,7 @@ pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
 pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
 pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
-/// A snapshot's data is read from the engine as it is sent, or a file; never bytes in memory
-/// (see `snapshot_data`).
-pub type Snapshot =
-    openraft::type_config::alias::SnapshotOf<TypeConfig, crate::raft::snapshot_data::SnapshotData>;
 pub type Membership = openraft::Membership<NodeId, Member>;
 pub type LeaderId = openraft::type_config::alias::LeaderIdOf<TypeConfig>;
-pub type Raft = openraft::Raft<TypeConfig, crate::raft::state_machine::StateMachine>;
 /// Why openraft stopped (a storage error, a panic in its core, or a shutdown).
 pub type Fatal = openraft::error::Fatal<TypeConfig>;

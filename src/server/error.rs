@@ -15,7 +15,7 @@ use tonic::{Code, Status};
 use crate::auth::AuthError;
 use crate::mvcc::MvccError;
 use crate::proto::kvdpb::ErrorCode;
-use crate::raft::peer_error;
+use crate::raft::net::peer_error;
 use crate::raft::ProposeError;
 
 /// Errors a client request can end with, as etcd names them.

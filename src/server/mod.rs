@@ -27,7 +27,7 @@ pub mod version;
 use std::future::Future;
 use std::net::SocketAddr;
 
-use crate::raft::links::Links;
+use crate::raft::net::links::Links;
 use config::Config;
 use lifecycle::{serve, start, stop};
 

@@ -333,7 +333,7 @@ impl ProxiedCluster {
             .collect::<Vec<_>>()
             .join(",");
         vec![(
-            kvd::raft::dial_override::PEER_DIAL_OVERRIDE_ENV.to_string(),
+            kvd::raft::net::dial_override::PEER_DIAL_OVERRIDE_ENV.to_string(),
             map,
         )]
     }

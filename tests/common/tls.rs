@@ -224,11 +224,11 @@ pub async fn tls_channel(
     url: &str,
     config: Arc<rustls::ClientConfig>,
 ) -> Result<Channel, tonic::transport::Error> {
-    let (addr, name) = kvd::raft::dial::target(url).unwrap();
+    let (addr, name) = kvd::raft::net::dial::target(url).unwrap();
     Endpoint::from_shared(url.to_string())
         .unwrap()
         .connect_timeout(Duration::from_secs(2))
-        .connect_with_connector(kvd::raft::dial::TlsDial { config, addr, name })
+        .connect_with_connector(kvd::raft::net::dial::TlsDial { config, addr, name })
         .await
 }
 
@@ -237,7 +237,7 @@ pub async fn handshake(
     url: &str,
     config: Arc<rustls::ClientConfig>,
 ) -> Result<Vec<u8>, std::io::Error> {
-    let (addr, name) = kvd::raft::dial::target(url).unwrap();
+    let (addr, name) = kvd::raft::net::dial::target(url).unwrap();
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let mut tls = tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)

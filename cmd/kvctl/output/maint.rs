@@ -1,7 +1,7 @@
 //! Output of `alarm list`, `alarm disarm` and `endpoint hashkv`, in etcdctl 3.4's shapes.
 
 use kvd::proto::etcdserverpb::{AlarmResponse, HashKvResponse, ResponseHeader};
-use kvd::raft::alarm_set::alarm_text;
+use kvd::raft::sm::alarm_set::alarm_text;
 
 use super::fields::fields_hdr;
 use super::json::json_header;
@@ -55,7 +55,7 @@ impl Printer {
                     s.push_str(&format!(
                         "\"MemberID\" : {}\n\"AlarmType\" : {}\n\n",
                         a.member_id,
-                        kvd::raft::alarm_set::type_name(a.alarm)
+                        kvd::raft::sm::alarm_set::type_name(a.alarm)
                     ));
                 }
                 s.into_bytes()

@@ -2,7 +2,7 @@
 //!
 //! Invariants:
 //! - ACTIVATE and DEACTIVATE go through Raft (an `Alarm` entry every member applies, see
-//!   `raft::alarm_set`); any other action is refused before it is proposed (etcd 3.4 crashes
+//!   `raft::sm::alarm_set`); any other action is refused before it is proposed (etcd 3.4 crashes
 //!   answering one).
 //! - GET is a linearizable read of the applied alarms: it waits for a read index, as etcd's GET
 //!   (which goes through Raft) sees every alarm applied before it was asked, without a log

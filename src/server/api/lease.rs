@@ -7,7 +7,7 @@
 //!
 //! Invariants:
 //! - The lessor is primary exactly while Raft metrics name this member leader; promotion
-//!   happens with the election timeout as grace (see [`crate::raft::lessor`]).
+//!   happens with the election timeout as grace (see [`crate::raft::sm::lessor`]).
 //! - A server-chosen lease id is chosen before proposing, so all members apply the same id;
 //!   the TTL in the log is already raised to the minimum.
 
@@ -29,9 +29,9 @@ use crate::proto::etcdserverpb::{
 use crate::proto::kvdpb::internal_request::Request as In;
 use crate::proto::kvdpb::internal_response::Response as Out;
 use crate::proto::kvdpb::{InternalRequest, LeaseRevokeManyRequest};
-use crate::raft::lessor::Lookup;
-use crate::raft::node::REQUEST_TIMEOUT;
-use crate::raft::peer_error;
+use crate::raft::limits::REQUEST_TIMEOUT;
+use crate::raft::net::peer_error;
+use crate::raft::sm::lessor::Lookup;
 use crate::raft::RaftNode;
 use crate::server::api::request_path::{self, Caller};
 use crate::server::context::ServerCtx;

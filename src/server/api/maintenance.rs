@@ -5,7 +5,7 @@ use tonic::{Request, Response, Status};
 
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::etcdserverpb::*;
-use crate::raft::alarm_set::alarm_text;
+use crate::raft::sm::alarm_set::alarm_text;
 use crate::server::context::ServerCtx;
 use crate::server::error::ApiError;
 

@@ -29,7 +29,7 @@ use crate::proto::etcdserverpb::{
 use crate::proto::kvdpb::internal_request::Request as In;
 use crate::proto::kvdpb::internal_response::Response as Out;
 use crate::proto::kvdpb::InternalRequest;
-use crate::raft::lessor::{min_ttl, MAX_LEASE_TTL};
+use crate::raft::sm::lessor::{min_ttl, MAX_LEASE_TTL};
 use crate::server::api::learner;
 use crate::server::context::ServerCtx;
 use crate::server::duties::quota;

@@ -2,7 +2,7 @@
 //!
 //! A backup is what etcd's `Maintenance.Snapshot` streams: a bbolt database in etcd's schema
 //! (buckets `auth`, `authRoles`, `authUsers`, `key`, `lease`, `members`, `members_removed`,
-//! `meta`; see `mvcc::etcd_format` and `auth::etcd_buckets`) followed by the sha256 of those
+//! `meta`; see `mvcc::etcd::format` and `auth::etcd_buckets`) followed by the sha256 of those
 //! bytes. [`save`] writes one from a
 //! member's state machine, [`status`] summarises one as `etcdctl snapshot status` does, and
 //! [`restore`] turns one (kvd's or etcd's) into the data dir of a member of a new cluster.
@@ -11,7 +11,7 @@
 //! # Invariants
 //! - A saved file is a consistent image at one applied log entry: the history, leases,
 //!   compaction, users, roles and `consistent_index` all come from one
-//!   `raft::backup::BackupImage`.
+//!   `raft::sm::backup::BackupImage`.
 //! - A save writes a temporary file next to its destination and renames it only when complete,
 //!   so a crash leaves no partial backup under the final name.
 //! - A restore checks the whole file (trailer hash, bbolt structure, every record) before it

@@ -18,9 +18,9 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::etcd_buckets::{self, EtcdAuth};
 use crate::bbolt::{BoltError, Reader};
-use crate::mvcc::etcd_format::{parse_rev_key, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
+use crate::mvcc::etcd::format::{parse_rev_key, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
 use crate::mvcc::{EtcdEntries, MvccError, Pairs, META_TREE};
-use crate::raft::backup::write_restored;
+use crate::raft::sm::backup::write_restored;
 use crate::raft::{Member, StoreError};
 use crate::server::config::{parse_initial_cluster, split_urls};
 use crate::server::lifecycle::identity::{self, Identity};

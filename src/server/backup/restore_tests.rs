@@ -4,7 +4,7 @@ use prost::Message;
 
 use super::*;
 use crate::bbolt::Writer;
-use crate::mvcc::etcd_format::{lease_to_etcd, rev_key};
+use crate::mvcc::etcd::format::{lease_to_etcd, rev_key};
 use crate::mvcc::Revision;
 use crate::proto::mvccpb::KeyValue;
 

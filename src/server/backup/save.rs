@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::auth::etcd_buckets;
 use crate::auth::META_AUTH_PREFIX;
 use crate::bbolt::Writer;
-use crate::mvcc::etcd_format::{compact_mark, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
+use crate::mvcc::etcd::format::{compact_mark, KEY_BUCKET, LEASE_BUCKET, META_BUCKET};
 use crate::raft::RaftNode;
 
 use super::BackupError;

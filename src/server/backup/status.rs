@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::bbolt::Reader;
-use crate::mvcc::etcd_format::{parse_rev_key, KEY_BUCKET};
+use crate::mvcc::etcd::format::{parse_rev_key, KEY_BUCKET};
 
 use super::{has_trailer, BackupError, TRAILER_LEN};
 

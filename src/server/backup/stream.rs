@@ -15,7 +15,7 @@ use tokio::io::AsyncReadExt;
 use tonic::Status;
 
 use crate::proto::etcdserverpb::{ResponseHeader, SnapshotResponse};
-use crate::raft::background;
+use crate::raft::sm::background;
 use crate::raft::RaftNode;
 use crate::server::error::ApiError;
 

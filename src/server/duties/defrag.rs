@@ -1,7 +1,7 @@
 //! `Maintenance.Defragment` and the status sizes it changes: `dbSize` (the engine's files on
 //! disk) and `dbSizeInUse` (the live records' bytes).
 //!
-//! A defragmentation rewrites only this member's engine (`raft::state_machine` defrag),
+//! A defragmentation rewrites only this member's engine (`raft::sm::state_machine` defrag),
 //! pausing its applies meanwhile; the other members go on. etcd 3.4 answers with an empty
 //! response (no header), and so does kvd.
 //!

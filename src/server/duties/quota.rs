@@ -6,7 +6,7 @@
 //! Invariants:
 //! - Only the proposing member's own database size is judged, before proposing; what every
 //!   member refuses while the alarm is active is decided at apply time from the log
-//!   (`raft::alarm_set`), so all members agree.
+//!   (`raft::sm::alarm_set`), so all members agree.
 //! - Costs are etcd's: 256 bytes of overhead plus key and value per put, the larger branch of
 //!   a txn (top-level puts only), 64 bytes per lease grant; a request of cost 0 always passes.
 //! - The database size is re-read at most every [`SIZE_REFRESH`]: sled keeps large values in

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::proto::kvdpb::MemberInfoRequest;
-use crate::raft::network::Channels;
+use crate::raft::net::network::Channels;
 use crate::raft::Member;
 use crate::server::config::{compute_cluster_id, compute_member_id, ClusterState, Config};
 use crate::server::ServerError;

@@ -14,10 +14,10 @@ use std::path::PathBuf;
 
 use tokio::net::TcpListener;
 
-use crate::raft::links::Links;
-use crate::raft::log_store::LogStore;
-use crate::raft::network::Channels;
-use crate::raft::state_machine::StateMachine;
+use crate::raft::log::log_store::LogStore;
+use crate::raft::net::links::Links;
+use crate::raft::net::network::Channels;
+use crate::raft::sm::state_machine::StateMachine;
 use crate::raft::{Member, RaftNode, RaftSettings};
 use crate::server::config::{ClusterState, Config};
 use crate::server::lifecycle::identity::{self, Identity};

@@ -125,7 +125,7 @@ pub fn check_not_lost(
     applied: Option<LogId>,
 ) -> Result<(), ServerError> {
     match applied {
-        Some(a) if log_is_empty && a != crate::raft::backup::restored_log_id() => {
+        Some(a) if log_is_empty && a != crate::raft::sm::backup::restored_log_id() => {
             Err(ServerError::WalMismatch(format!(
                 "the state machine has applied up to index {} but the WAL directory {} holds \
                  no log: it was deleted, or --wal-dir changed; a member without its log could \

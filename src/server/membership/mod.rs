@@ -46,9 +46,9 @@ use crate::proto::etcdserverpb::{
     MemberUpdateResponse,
 };
 use crate::proto::kvdpb::{membership_request, membership_response, MembershipRequest};
-use crate::raft::links::Links;
-use crate::raft::node::REQUEST_TIMEOUT;
-use crate::raft::peer_error::PeerFailure;
+use crate::raft::limits::REQUEST_TIMEOUT;
+use crate::raft::net::links::Links;
+use crate::raft::net::peer_error::PeerFailure;
 use crate::raft::types::Membership;
 use crate::raft::{Member, NodeId, RaftNode, ReconfigError};
 use crate::server::config::compute_member_id;

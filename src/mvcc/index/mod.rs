@@ -7,9 +7,13 @@
 //!   value encoding on disk; both encodings are part of the data-dir and snapshot formats.
 //! - A [`KeyIndex`] keeps the invariants stated on its type.
 
+pub(super) mod key;
+pub(super) mod lease;
+pub(super) mod mem;
+
 use prost::Message;
 
-use super::error::MvccError;
+use crate::mvcc::error::MvccError;
 use crate::proto::mvccpb::KeyValue;
 
 /// A point in the history: `main` is bumped once per write request, `sub` numbers the

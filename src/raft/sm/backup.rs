@@ -17,12 +17,14 @@ use std::sync::Arc;
 use openraft::type_config::alias::LeaderIdOf;
 use openraft::vote::RaftLeaderIdExt;
 
-use super::error::StoreError;
-use super::log_store::decode;
-use super::snapshot_file;
-use super::state_machine::{StateMachine, META_LAST_APPLIED, META_MEMBERSHIP};
-use super::types::{LogId, Member, Membership, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::mvcc::Image;
+use crate::raft::codec::decode;
+use crate::raft::error::StoreError;
+use crate::raft::sm::snapshot_file;
+use crate::raft::sm::state_machine::{StateMachine, META_LAST_APPLIED, META_MEMBERSHIP};
+use crate::raft::types::{
+    LogId, Member, Membership, NodeId, SnapshotMeta, StoredMembership, TypeConfig,
+};
 use crate::wal::{RealFs, WalFs};
 
 /// The index of a restored cluster's snapshot: every member starts from the same log
@@ -121,8 +123,8 @@ mod tests {
     use crate::mvcc::failpoint::crash_after;
     use crate::mvcc::WriteRequest;
     use crate::proto::etcdserverpb::{PutRequest, RangeRequest};
-    use crate::raft::engine_dir;
-    use crate::raft::snapshot_file;
+    use crate::raft::sm::engine_dir;
+    use crate::raft::sm::snapshot_file;
 
     /// The trees of a store holding `keys` puts, as a restore reads them from a backup.
     fn source(keys: usize) -> Vec<(String, Vec<u8>, Vec<u8>)> {

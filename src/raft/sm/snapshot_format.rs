@@ -21,10 +21,10 @@
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::error::StoreError;
-use super::limits::MAX_REQUEST_BYTES;
-use super::log_store::{decode, encode};
-use super::types::SnapshotMeta;
+use crate::raft::codec::{decode, encode};
+use crate::raft::error::StoreError;
+use crate::raft::limits::MAX_REQUEST_BYTES;
+use crate::raft::types::SnapshotMeta;
 
 pub(crate) const MAGIC: &[u8; 8] = b"KVDSNAP\0";
 const VERSION: u32 = 2;

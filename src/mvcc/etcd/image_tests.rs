@@ -1,8 +1,9 @@
 //! A store exported in etcd's form and imported back reads the same at every revision.
 
-use super::tests::{compact, del, put, temp_store};
-use super::*;
+use crate::mvcc::tests::{compact, del, put, temp_store};
+use crate::mvcc::*;
 use crate::proto::etcdserverpb::{LeaseGrantRequest, PutRequest, RangeRequest};
+use crate::proto::mvccpb::KeyValue;
 
 fn range_at(s: &MvccStore, rev: i64) -> Vec<KeyValue> {
     let r = s

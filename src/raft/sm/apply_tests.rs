@@ -98,7 +98,7 @@ async fn an_entry_this_build_cannot_apply_stops_the_apply_before_it() {
             )),
             ..Default::default()
         };
-        super::log_format::mark(&mut req);
+        crate::raft::log_format::mark(&mut req);
         Command(Bytes::from(req.encode_to_vec()))
     };
     let cases: Vec<(&str, Command)> = vec![

@@ -28,10 +28,10 @@ use std::sync::Arc;
 #[cfg(test)]
 use crate::sync::LockExt;
 
-use super::error::StoreError;
-pub use super::snapshot_format::Entry;
-use super::snapshot_format::{self, Reader, Writer};
-use super::types::SnapshotMeta;
+use crate::raft::error::StoreError;
+pub use crate::raft::sm::snapshot_format::Entry;
+use crate::raft::sm::snapshot_format::{self, Reader, Writer};
+use crate::raft::types::SnapshotMeta;
 use crate::wal::durable::{create_replacing, rename_durable};
 use crate::wal::{WalFile, WalFs};
 
@@ -504,7 +504,7 @@ fn remove_where(
     if removed {
         fs.sync_dir(dir)?;
         if let Some(sm_dir) = dir.parent() {
-            super::engine_dir::record_step(sm_dir, "snapshot files removed");
+            crate::raft::sm::engine_dir::record_step(sm_dir, "snapshot files removed");
         }
     }
     Ok(())
@@ -539,7 +539,7 @@ pub(crate) mod tests {
 
     fn meta_at(index: u64) -> SnapshotMeta {
         SnapshotMeta {
-            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
+            last_log_id: Some(openraft::testing::log_id::<crate::raft::types::TypeConfig>(
                 1, 1, index,
             )),
             ..Default::default()
@@ -715,8 +715,8 @@ pub(crate) mod tests {
         struct Payload<'a> {
             items: &'a [Entry],
         }
-        let meta_b = crate::raft::log_store::encode(&meta);
-        let data = crate::raft::log_store::encode(&Payload { items: &want });
+        let meta_b = crate::raft::codec::encode(&meta);
+        let data = crate::raft::codec::encode(&Payload { items: &want });
         let mut f = snapshot_format::MAGIC.to_vec();
         f.extend_from_slice(&1u32.to_le_bytes());
         f.extend_from_slice(&(meta_b.len() as u32).to_le_bytes());
@@ -752,7 +752,7 @@ pub(crate) mod tests {
             tempfile::tempdir().unwrap()
         };
         let meta = |index| SnapshotMeta {
-            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
+            last_log_id: Some(openraft::testing::log_id::<crate::raft::types::TypeConfig>(
                 1, 1, index,
             )),
             ..Default::default()

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use super::StateMachine;
 use crate::mvcc::{MvccError, StoreEngine};
-use crate::raft::engine_dir;
 use crate::raft::error::StoreError;
+use crate::raft::sm::engine_dir;
 use crate::sync::LockExt;
 
 /// How long the old generation may stay open (scans in flight) before its removal is left to
@@ -128,8 +128,8 @@ mod tests {
     use super::*;
     use crate::mvcc::WriteRequest;
     use crate::proto::etcdserverpb::{PutRequest, RangeRequest};
-    use crate::raft::log_store::encode;
-    use crate::raft::state_machine::META_LAST_APPLIED;
+    use crate::raft::codec::encode;
+    use crate::raft::sm::state_machine::META_LAST_APPLIED;
     use crate::raft::types::{LogId, TypeConfig};
 
     /// `keys` puts, recorded as applied up to log index `keys`, flushed.
@@ -193,7 +193,7 @@ mod tests {
         assert!(d.path().join("db.1").is_dir());
 
         drop(sm);
-        let sm = crate::raft::state_machine::apply_tests::reopen(d.path()).unwrap();
+        let sm = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
         assert_eq!(sm.db_dir(), d.path().join("db.1"), "the pointer names it");
         let got = observe(&sm);
         assert!(

@@ -9,8 +9,8 @@ use openraft::entry::RaftEntry;
 use openraft::testing::log_id;
 use tokio::time::Instant;
 
-use super::commit_hold::{CommitHold, CommitWaits};
-use super::types::{Command, Entry, TypeConfig, Vote};
+use crate::raft::net::commit_hold::{CommitHold, CommitWaits};
+use crate::raft::types::{Command, Entry, TypeConfig, Vote};
 use openraft::raft::AppendEntriesRequest;
 
 const HOLD: Duration = Duration::from_millis(2);

@@ -34,11 +34,11 @@ use tokio::sync::oneshot;
 
 use tonic::transport::Channel;
 
-use super::network::Channels;
-use super::node::REQUEST_TIMEOUT;
-use super::types::Member;
 use crate::proto::kvdpb::peer_client::PeerClient;
 use crate::proto::kvdpb::{ForwardManyRequest, ForwardRequest, ForwardResponse, InternalRequest};
+use crate::raft::limits::REQUEST_TIMEOUT;
+use crate::raft::net::network::Channels;
+use crate::raft::types::Member;
 use crate::sync::LockExt;
 
 /// Calls in flight to one leader at a time. More lets a request go sooner when the leader
@@ -228,7 +228,7 @@ async fn call(
                 Some(r) => Ok(r),
                 None => {
                     let kind = o.kind();
-                    Err(super::peer_error::status_of_kind(
+                    Err(crate::raft::net::peer_error::status_of_kind(
                         tonic::Code::from(o.code),
                         o.message,
                         kind,
@@ -251,10 +251,10 @@ async fn call(
     // may be sent again, one at a time (the lane switches).
     let unsupported = waiters.len() == n
         && s.code() == tonic::Code::Unimplemented
-        && super::peer_error::PeerFailure::of_status(&s)
-            == super::peer_error::PeerFailure::Status(tonic::Code::Unimplemented);
+        && crate::raft::net::peer_error::PeerFailure::of_status(&s)
+            == crate::raft::net::peer_error::PeerFailure::Status(tonic::Code::Unimplemented);
     let s = if unsupported {
-        super::peer_error::not_leader()
+        crate::raft::net::peer_error::not_leader()
     } else {
         s
     };

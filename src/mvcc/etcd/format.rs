@@ -22,8 +22,8 @@
 
 use prost::Message;
 
-use super::error::MvccError;
-use super::index::{Record, Revision};
+use crate::mvcc::error::MvccError;
+use crate::mvcc::index::{Record, Revision};
 use crate::proto::mvccpb::KeyValue;
 
 /// etcd's bucket names, as its backend and snapshots use them.

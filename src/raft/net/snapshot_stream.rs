@@ -21,12 +21,12 @@ use std::sync::{Arc, Mutex};
 use futures::{Stream, StreamExt};
 use tonic::Status;
 
-use super::error::StoreError;
-use super::limits::SNAPSHOT_CHUNK;
-use super::snapshot_data::{Encoder, SnapshotData};
-use super::snapshot_file::{Incoming, SnapshotFile};
-use super::types::SnapshotMeta;
 use crate::proto::kvdpb::SnapshotChunk;
+use crate::raft::error::StoreError;
+use crate::raft::limits::SNAPSHOT_CHUNK;
+use crate::raft::sm::snapshot_data::{Encoder, SnapshotData};
+use crate::raft::sm::snapshot_file::{Incoming, SnapshotFile};
+use crate::raft::types::SnapshotMeta;
 use crate::sync::LockExt;
 
 /// Why a send stopped early, if it did (a read of the file or of the engine failed).

@@ -23,7 +23,10 @@ use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 
-use super::types::Raft;
+use openraft::metrics::RaftServerMetrics;
+use openraft::type_config::alias::WatchReceiverOf;
+
+use crate::raft::types::TypeConfig;
 
 /// Appends of one entry in a row before a follower writes in place.
 pub const SINGLES: u32 = 3;
@@ -56,13 +59,16 @@ impl InPlace {
     }
 }
 
-/// Keeps `following` true while `raft` is a follower or learner, for as long as it runs.
+/// Keeps `following` true while the member whose server metrics `rx` watches is a follower
+/// or learner, for as long as it runs.
 ///
 /// It watches openraft's server metrics, which change with the role, the vote, the leader or
 /// the membership: the full metrics are sent again on every turn of openraft's core loop
 /// (several times a write), and each send would wake this task.
-pub fn track_role(raft: &Raft, following: Arc<AtomicBool>) {
-    let mut rx = raft.server_metrics();
+pub fn track_role(
+    mut rx: WatchReceiverOf<TypeConfig, RaftServerMetrics<TypeConfig>>,
+    following: Arc<AtomicBool>,
+) {
     tokio::spawn(async move {
         loop {
             let s = rx.borrow_watched().state;

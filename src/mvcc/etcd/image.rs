@@ -1,5 +1,5 @@
 //! A store image in etcd's storage form and back: what a backup writes into etcd's buckets
-//! `key` and `lease`, and what a restore reads from them (encodings in [`super::etcd_format`]).
+//! `key` and `lease`, and what a restore reads from them (encodings in [`crate::mvcc::etcd::format`]).
 //!
 //! # Invariants
 //! - [`Image::etcd_history`] yields etcd history keys in ascending order (etcd's key order is
@@ -11,15 +11,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::error::MvccError;
-use super::etcd_format::{history_from_etcd, history_to_etcd, lease_from_etcd, lease_to_etcd};
-use super::index::{decode_i64, Record, Revision};
-use super::{Image, LEASE_TREE, META_COMPACTED, META_CURRENT, META_TREE, REV_TREE};
+use crate::mvcc::error::MvccError;
+use crate::mvcc::etcd::format::{
+    history_from_etcd, history_to_etcd, lease_from_etcd, lease_to_etcd,
+};
+use crate::mvcc::index::{decode_i64, Record, Revision};
+use crate::mvcc::{Image, LEASE_TREE, META_COMPACTED, META_CURRENT, META_TREE, REV_TREE};
 
 /// A bucket's entries as (key, value).
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// Entries in the form [`super::MvccStore::load`] takes: (tree, key, value).
+/// Entries in the form [`crate::mvcc::MvccStore::load`] takes: (tree, key, value).
 pub type TreeEntries = Vec<(String, Vec<u8>, Vec<u8>)>;
 
 impl Image {
@@ -28,11 +30,11 @@ impl Image {
         self.upto.main
     }
 
-    /// The compacted revision at the image, or [`super::NEVER_COMPACTED`].
+    /// The compacted revision at the image, or [`crate::mvcc::NEVER_COMPACTED`].
     pub fn compacted(&self) -> Result<i64, MvccError> {
         match self.meta(META_COMPACTED) {
             Some(v) => decode_i64(v),
-            None => Ok(super::NEVER_COMPACTED),
+            None => Ok(crate::mvcc::NEVER_COMPACTED),
         }
     }
 
@@ -77,7 +79,7 @@ impl Image {
     }
 }
 
-/// Builds the entries [`super::MvccStore::load`] takes from etcd's buckets, all in memory
+/// Builds the entries [`crate::mvcc::MvccStore::load`] takes from etcd's buckets, all in memory
 /// (see [`EtcdEntries`], which streams them): returns them and the store's current revision.
 pub fn entries_from_etcd(
     history: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
@@ -89,10 +91,10 @@ pub fn entries_from_etcd(
     Ok((entries, it.current()))
 }
 
-/// One entry in the form [`super::MvccStore::load`] takes: (tree, key, value).
+/// One entry in the form [`crate::mvcc::MvccStore::load`] takes: (tree, key, value).
 pub type TreeEntry = (String, Vec<u8>, Vec<u8>);
 
-/// The entries [`super::MvccStore::load`] takes, streamed from etcd's buckets as they are
+/// The entries [`crate::mvcc::MvccStore::load`] takes, streamed from etcd's buckets as they are
 /// read: `history` as bucket `key` holds it (in key order), `leases` as bucket `lease` holds
 /// it, and etcd's compacted revision (its `scheduledCompactRev`/`finishedCompactRev`,
 /// whichever is newer; none if never compacted). Each history record is checked as it

@@ -35,7 +35,7 @@ use openraft::raft::AppendEntriesRequest;
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
-use super::types::TypeConfig;
+use crate::raft::types::TypeConfig;
 
 /// How long an entry-less request waits for a request with entries to carry its commit index.
 /// At one client a write follows the previous commit by 0.2-0.5 ms on a busy 2-vCPU machine.

@@ -18,7 +18,6 @@ use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::apply_tests::{apply, reopen};
 use super::*;
 use crate::proto::authpb::{permission::Type as PermType, Permission, UserAddOptions};
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
@@ -30,8 +29,9 @@ use crate::proto::etcdserverpb::{
     LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
 use crate::proto::kvdpb::{auth_request::Request as A, AuthRequest, LeaseRevokeManyRequest};
-use crate::raft::snapshot_data::SnapshotData;
-use crate::raft::snapshot_file::SnapshotFile;
+use crate::raft::sm::snapshot_data::SnapshotData;
+use crate::raft::sm::snapshot_file::SnapshotFile;
+use crate::raft::sm::state_machine::apply_tests::{apply, reopen};
 use internal_request::Request as R;
 
 /// Users of the generated log: root, two users with write access to one prefix each (until

@@ -20,8 +20,8 @@ use crate::sync::LockExt;
 
 use tokio::sync::Notify;
 
-use super::peer_error::PeerFailure;
-use super::types::NodeId;
+use crate::raft::net::peer_error::PeerFailure;
+use crate::raft::types::NodeId;
 
 /// A link with no successful RPC for this long is down even if no RPC has failed yet (a
 /// replication stream can hang rather than fail). Heartbeats keep a healthy link far fresher.

@@ -22,11 +22,11 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::sync::RwLockExt;
 
-use super::engine::{Engine, StoreEngine, Tree};
-use super::error::MvccError;
-use super::index::{Found, KeyIndex, Query, Record, Revision};
-use super::index_key::{IndexKey, KeyProbe, Probe};
-use super::key_range::KeyRange;
+use crate::mvcc::engine::{Engine, StoreEngine, Tree};
+use crate::mvcc::error::MvccError;
+use crate::mvcc::index::key::{IndexKey, KeyProbe, Probe};
+use crate::mvcc::index::{Found, KeyIndex, Query, Record, Revision};
+use crate::mvcc::key_range::KeyRange;
 
 /// Keys compacted per hold of the write lock.
 const COMPACT_CHUNK: usize = 1024;

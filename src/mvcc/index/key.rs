@@ -1,6 +1,6 @@
 //! A key of the in-memory index with its first eight bytes beside it, as a number.
 //!
-//! A search in the index ([`super::mem_index`]) compares the probe with several stored keys in
+//! A search in the index ([`crate::mvcc::index::mem`]) compares the probe with several stored keys in
 //! each tree node it passes. Each stored key's bytes are an allocation of their own, so on a
 //! large index each comparison costs a cache miss; comparing `head`s first, which sit in the
 //! node itself, leaves the bytes to keys whose first eight bytes are equal. Keys that share a

@@ -11,7 +11,7 @@ use openraft::storage::RaftStateMachine;
 use super::*;
 use crate::mvcc::failpoint::crash_after;
 use crate::proto::etcdserverpb::{LeaseGrantRequest, PutRequest, RangeRequest};
-use crate::raft::snapshot_file::SnapshotFile;
+use crate::raft::sm::snapshot_file::SnapshotFile;
 use crate::raft::types::Membership;
 
 fn lid(index: u64) -> LogId {
@@ -104,7 +104,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// a member serves with it installed. The snapshot's file (the bytes a leader sends) lives in
 /// `d/sent`.
 async fn source_snapshot(d: &Path, keys: usize) -> (Source, Observed) {
-    let mut sm = super::apply_tests::reopen(d).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(d).unwrap();
     fill(&sm, "s/", keys, 7, 100, &[1, 2, 3]);
     let seen = observe(&sm);
     assert_eq!(seen.leases, vec![(7, 67)]);
@@ -149,7 +149,7 @@ impl Source {
 /// A closed member state-machine dir holding other keys (lease 9, applied index 50, members
 /// 1-2), snapshotted (flushed, no file), and what it serves.
 async fn template(dir: &Path, keys: usize) -> Observed {
-    let mut sm = super::apply_tests::reopen(dir).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(dir).unwrap();
     fill(&sm, "t/", keys, 9, 50, &[1, 2]);
     sm.get_snapshot_builder()
         .await
@@ -181,14 +181,14 @@ async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
     for n in 1..500 {
         let work = tempfile::tempdir().unwrap();
         copy_dir(tpl.path(), work.path());
-        let mut sm = super::apply_tests::reopen(work.path()).unwrap();
+        let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(work.path()).unwrap();
         crash_after(Some(n));
         let res = sm.install_snapshot(&snap.meta, snap.file()).await;
         crash_after(None);
         if res.is_ok() {
             assert_eq!(observe(&sm), want, "installed without a crash");
             // sled's flush alone leaves files and directory entries unsynced.
-            let steps = crate::raft::engine_dir::steps(work.path());
+            let steps = crate::raft::sm::engine_dir::steps(work.path());
             assert_eq!(
                 steps[steps.len().saturating_sub(2)..],
                 ["engine synced", "snapshot files removed"],
@@ -198,7 +198,7 @@ async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
         }
         crashes += 1;
         drop(sm);
-        let sm = super::apply_tests::reopen(work.path())
+        let sm = crate::raft::sm::state_machine::apply_tests::reopen(work.path())
             .unwrap_or_else(|e| panic!("crash at step {n}: reopen failed: {e}"));
         let got = observe(&sm);
         assert!(
@@ -223,7 +223,7 @@ async fn a_crash_at_any_step_of_an_install_is_repaired_on_reopen() {
 async fn an_undecodable_snapshot_is_refused_and_never_becomes_the_newest_file() {
     let d = tempfile::tempdir().unwrap();
     let before = template(d.path(), 5).await;
-    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
     let meta = SnapshotMeta {
         last_log_id: Some(lid(100)),
         last_membership: membership(&[1, 2, 3], 99),
@@ -240,7 +240,8 @@ async fn an_undecodable_snapshot_is_refused_and_never_becomes_the_newest_file() 
     assert!(left.is_empty(), "the refused file is left behind: {left:?}");
     assert_eq!(observe(&sm), before);
     drop(sm);
-    let sm = super::apply_tests::reopen(d.path()).expect("reopen after a refused snapshot");
+    let sm = crate::raft::sm::state_machine::apply_tests::reopen(d.path())
+        .expect("reopen after a refused snapshot");
     assert_eq!(observe(&sm), before);
 }
 
@@ -252,7 +253,7 @@ async fn reads_during_an_install_see_the_old_state_or_the_new_one() {
     let (snap, want) = source_snapshot(src.path(), 3000).await;
     let d = tempfile::tempdir().unwrap();
     let before = template(d.path(), 200).await;
-    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let (sm, done) = (sm.clone(), done.clone());
@@ -304,7 +305,7 @@ async fn receive(sm: &StateMachine, snap: &Source) -> SnapshotData {
         })
         .collect();
     let incoming = sm.receive_snapshot().unwrap();
-    let file = crate::raft::snapshot_stream::receive(
+    let file = crate::raft::net::snapshot_stream::receive(
         incoming,
         &snap.meta,
         Vec::new(),
@@ -324,7 +325,7 @@ async fn a_received_snapshot_is_read_once_to_check_it_and_once_to_load_it() {
     let len = std::fs::metadata(&snap.path).unwrap().len();
     let d = tempfile::tempdir().unwrap();
     template(d.path(), 20).await;
-    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
     let snap_dir = d.path().join("snap");
     let read = || snapshot_file::tests::bytes_read_in(&snap_dir);
 
@@ -348,7 +349,7 @@ async fn a_damaged_snapshot_opened_from_disk_is_refused() {
     let (snap, want) = source_snapshot(src.path(), 300).await;
     let d = tempfile::tempdir().unwrap();
     let before = template(d.path(), 20).await;
-    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
 
     let whole = std::fs::read(&snap.path).unwrap();
     let mut damaged = whole.clone();
@@ -376,7 +377,7 @@ async fn a_damaged_snapshot_opened_from_disk_is_refused() {
 #[ignore]
 async fn install_time_of_a_large_received_snapshot() {
     let src = tempfile::tempdir().unwrap();
-    let mut sm = super::apply_tests::reopen(src.path()).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(src.path()).unwrap();
     let value = vec![b'v'; 1024];
     for batch in 0..96u64 {
         let reqs: Vec<_> = (0..1024u64)
@@ -401,7 +402,7 @@ async fn install_time_of_a_large_received_snapshot() {
     let len = std::fs::metadata(&snap.path).unwrap().len();
     for checked in [false, true, false, true] {
         let d = tempfile::tempdir().unwrap();
-        let mut sm = super::apply_tests::reopen(d.path()).unwrap();
+        let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
         let file = if checked {
             receive(&sm, &snap).await
         } else {
@@ -425,7 +426,7 @@ async fn install_time_of_a_large_received_snapshot() {
 #[tokio::test]
 async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
     let src = tempfile::tempdir().unwrap();
-    let mut sm = super::apply_tests::reopen(src.path()).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(src.path()).unwrap();
     fill(&sm, "a/", 50, 7, 100, &[1, 2, 3]);
     let built = sm
         .get_snapshot_builder()
@@ -446,7 +447,7 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
 
     let d = tempfile::tempdir().unwrap();
     template(d.path(), 20).await;
-    let mut follower = super::apply_tests::reopen(d.path()).unwrap();
+    let mut follower = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
     let file = receive(&follower, &sent).await;
     follower.install_snapshot(&sent.meta, file).await.unwrap();
     assert_eq!(observe(&follower), want);
@@ -457,7 +458,7 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
     assert!(left.is_empty(), "files left after the install: {left:?}");
     drop(follower);
     assert_eq!(
-        observe(&super::apply_tests::reopen(d.path()).unwrap()),
+        observe(&crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap()),
         want
     );
 
@@ -467,7 +468,7 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
         d.path().join("snap").join("000000000000008c.snap"),
     )
     .unwrap();
-    let reopened = super::apply_tests::reopen(d.path()).unwrap();
+    let reopened = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
     assert_eq!(observe(&reopened), want);
     assert_eq!(newest_snapshot_index(d.path()), 0);
 }
@@ -477,7 +478,7 @@ async fn a_snapshot_is_the_current_state_and_no_file_is_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_defragmentation_waits_for_a_send_without_pausing_applies() {
     let d = tempfile::tempdir().unwrap();
-    let mut sm = super::apply_tests::reopen(d.path()).unwrap();
+    let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(d.path()).unwrap();
     fill(&sm, "a/", 40, 7, 100, &[1, 2, 3]);
     let want = observe(&sm);
     let sending = sm.get_current_snapshot().await.unwrap().unwrap();

@@ -52,15 +52,6 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::alarm_set::{AlarmSet, META_ALARM_PREFIX};
-use super::error::StoreError;
-use super::log_format::{self, LOG_FORMAT, OLDEST_LOG_FORMAT};
-use super::log_store::{decode, encode};
-use super::snapshot_data::{LiveSnapshot, SnapshotData};
-use super::snapshot_file;
-use super::types::{
-    Command, CommandResult, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
-};
 use crate::auth::{AuthError, AuthStore, KeyCheck, META_AUTH_PREFIX};
 use crate::mvcc::failpoint::crash_point;
 use crate::mvcc::{
@@ -72,7 +63,16 @@ use crate::proto::kvdpb::{
     internal_request, internal_response, AuthResponse, ErrorCode, InternalRequest,
     InternalResponse, MemberAttributes,
 };
-use crate::raft::lessor::Lessor;
+use crate::raft::codec::{decode, encode};
+use crate::raft::error::StoreError;
+use crate::raft::log_format::{self, LOG_FORMAT, OLDEST_LOG_FORMAT};
+use crate::raft::sm::alarm_set::{AlarmSet, META_ALARM_PREFIX};
+use crate::raft::sm::lessor::Lessor;
+use crate::raft::sm::snapshot_data::{LiveSnapshot, Snapshot, SnapshotData};
+use crate::raft::sm::snapshot_file;
+use crate::raft::types::{
+    Command, CommandResult, LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig,
+};
 use crate::sync::LockExt;
 use crate::wal::{RealFs, WalFs};
 
@@ -162,7 +162,7 @@ impl StateMachine {
         let fs: Arc<dyn WalFs> = Arc::new(RealFs);
         let snap_dir = dir.join("snap");
         crate::wal::create_dir_durable(fs.as_ref(), &snap_dir)?;
-        let db_dir = super::engine_dir::open_current(fs.as_ref(), dir)?;
+        let db_dir = crate::raft::sm::engine_dir::open_current(fs.as_ref(), dir)?;
         snapshot_file::remove_temporaries(fs.as_ref(), &snap_dir)?;
         let mvcc = MvccStore::open(StoreEngine::open_with(&db_dir, engine)?)?;
         let (applied_tx, _) = watch::channel(0);
@@ -247,7 +247,7 @@ impl StateMachine {
     /// what must precede removing a snapshot file that the engine's state replaces.
     fn make_engine_durable(&self) -> Result<(), StoreError> {
         self.shared.mvcc.engine().flush()?;
-        super::engine_dir::sync_engine(self.shared.fs.as_ref(), &self.db_dir())?;
+        crate::raft::sm::engine_dir::sync_engine(self.shared.fs.as_ref(), &self.db_dir())?;
         Ok(())
     }
 
@@ -902,7 +902,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let shared = self.sm.shared.clone();
         let file_meta = meta.clone();
         // A flush of a large engine takes a while: at a low priority (see `background`).
-        super::background::run("snapshot", move || -> Result<_, StoreError> {
+        crate::raft::sm::background::run("snapshot", move || -> Result<_, StoreError> {
             let t0 = std::time::Instant::now();
             // Taking the image persisted the pending buffer; this makes it durable.
             shared.mvcc.engine().flush()?;

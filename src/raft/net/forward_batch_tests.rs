@@ -21,7 +21,7 @@ use crate::proto::kvdpb::{
     MembershipResponse, ProbeRequest, ProbeResponse, RaftBlob, ReadIndexRequest, ReadIndexResponse,
     RemovedRequest, RemovedResponse, SnapshotChunk,
 };
-use crate::raft::peer_error::kind_of;
+use crate::raft::net::peer_error::kind_of;
 
 /// A leader that answers each request with its `auth_revision` as the log index, so a caller
 /// can tell its own answer from another's.

@@ -13,15 +13,19 @@
 //! - The bytes are those a file of the same snapshot would hold, checksum included, so the
 //!   receiver (`snapshot_stream::receive`) checks what it assembled exactly as before.
 //!
-//! [`StateMachine::get_current_snapshot`]: super::state_machine::StateMachine
+//! [`StateMachine::get_current_snapshot`]: crate::raft::sm::state_machine::StateMachine
 //! [`Image`]: crate::mvcc::Image
 
 use std::path::Path;
 
-use super::error::StoreError;
-use super::snapshot_file::{self, Built, Entry, SnapshotFile};
-use super::snapshot_format::Writer;
-use super::types::SnapshotMeta;
+use crate::raft::error::StoreError;
+use crate::raft::sm::snapshot_file::{self, Built, Entry, SnapshotFile};
+use crate::raft::sm::snapshot_format::Writer;
+use crate::raft::types::{SnapshotMeta, TypeConfig};
+
+/// A snapshot as openraft hands it around: its metadata and [`SnapshotData`], never bytes in
+/// memory.
+pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, SnapshotData>;
 
 /// A snapshot's data: see the module doc.
 #[derive(Debug)]
@@ -107,11 +111,11 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::snapshot_format;
+    use crate::raft::sm::snapshot_format;
 
     fn meta() -> SnapshotMeta {
         SnapshotMeta {
-            last_log_id: Some(openraft::testing::log_id::<crate::raft::TypeConfig>(
+            last_log_id: Some(openraft::testing::log_id::<crate::raft::types::TypeConfig>(
                 2, 1, 77,
             )),
             ..Default::default()

@@ -25,10 +25,11 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
-use super::error::StoreError;
-use super::in_place::InPlace;
-use super::limits::LOG_CACHE_BYTES;
-use super::types::{Entry, LogId, TypeConfig, Vote};
+use crate::raft::codec::{decode, encode};
+use crate::raft::error::StoreError;
+use crate::raft::limits::LOG_CACHE_BYTES;
+use crate::raft::log::in_place::InPlace;
+use crate::raft::types::{Entry, LogId, TypeConfig, Vote};
 use crate::sync::LockExt;
 use crate::wal::{Record, Wal, WalBackend};
 
@@ -155,20 +156,6 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
-    bincode::serialize(v).expect("in-memory serialization cannot fail")
-}
-
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(
-    what: &str,
-    b: &[u8],
-) -> Result<T, StoreError> {
-    bincode::deserialize(b).map_err(|e| StoreError::Decode {
-        what: what.to_string(),
-        reason: e.to_string(),
-    })
-}
-
 impl LogStore {
     /// Opens the WAL in `dir` and rebuilds the log from its records.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
@@ -229,7 +216,7 @@ impl LogStore {
     }
 
     /// The switch that lets appends be written on openraft's thread while this member
-    /// follows ([`super::in_place::track_role`] keeps it).
+    /// follows ([`crate::raft::log::in_place::track_role`] keeps it).
     pub fn following(&self) -> Arc<AtomicBool> {
         self.state.lock_or_recover().in_place.following()
     }
@@ -345,7 +332,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         end: u64,
     ) -> Result<Vec<Entry>, io::Error> {
         // Bound one replication message so batches stay under the peer message limit.
-        self.read_range(start, end, super::limits::REPLICATION_BATCH_BYTES)
+        self.read_range(start, end, crate::raft::limits::REPLICATION_BATCH_BYTES)
     }
 }
 

@@ -7,7 +7,7 @@
 //!
 //! Every RPC's outcome goes to [`Links`] (per-peer health, and the only place that logs a peer
 //! going away and coming back). Besides openraft's RPCs, every member probes every peer
-//! (`super::prober`), so that view does not depend on being the leader.
+//! (the prober, beside the node), so that view does not depend on being the leader.
 //!
 //! Invariants (pacing, so that a down peer costs the leader next to nothing; see
 //! docs/decisions/0012-paced-peer-retries.md):
@@ -38,16 +38,17 @@ use openraft::OptionalSend;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
-use super::commit_hold::{CommitHold, CommitWaits, COMMIT_HOLD};
-use super::links::Links;
-use super::log_store::encode;
-use super::peer_error::PeerFailure;
-use super::types::{Member, NodeId, Snapshot, TypeConfig, Vote};
 use crate::proto::kvdpb::peer_client::PeerClient;
 use crate::proto::kvdpb::RaftBlob;
+use crate::raft::codec::encode;
+use crate::raft::net::commit_hold::{CommitHold, CommitWaits, COMMIT_HOLD};
+use crate::raft::net::links::Links;
+use crate::raft::net::peer_error::PeerFailure;
+use crate::raft::sm::snapshot_data::Snapshot;
+use crate::raft::types::{Member, NodeId, TypeConfig, Vote};
 use crate::sync::LockExt;
 
-pub use super::limits::MAX_PEER_MESSAGE;
+pub use crate::raft::limits::MAX_PEER_MESSAGE;
 
 /// Shared cache of channels, keyed by peer URL.
 ///
@@ -62,10 +63,10 @@ pub struct Channels {
 
 impl Channels {
     /// This member's channels. Builds with the `testkit` feature also honour the fault tests'
-    /// dial overrides (`super::dial_override`); release builds have no such path.
+    /// dial overrides (`crate::raft::net::dial_override`); release builds have no such path.
     pub fn for_member() -> Result<Channels, String> {
         #[cfg(feature = "testkit")]
-        let dial_override = Arc::new(super::dial_override::from_env()?);
+        let dial_override = Arc::new(crate::raft::net::dial_override::from_env()?);
         #[cfg(not(feature = "testkit"))]
         let dial_override = Arc::default();
         Ok(Channels {
@@ -114,9 +115,9 @@ impl Channels {
             {
                 // The certificate is checked against the membership's URL; the bytes go to
                 // the override's address when a test proxies the link.
-                let (_, name) = super::dial::target(url)?;
-                let (addr, _) = super::dial::target(dial)?;
-                endpoint.connect_with_connector_lazy(super::dial::TlsDial {
+                let (_, name) = crate::raft::net::dial::target(url)?;
+                let (addr, _) = crate::raft::net::dial::target(dial)?;
+                endpoint.connect_with_connector_lazy(crate::raft::net::dial::TlsDial {
                     config: config.clone(),
                     addr,
                     name,
@@ -256,7 +257,7 @@ impl PeerConnection {
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerConnection {
-    type SnapshotData = super::snapshot_data::SnapshotData;
+    type SnapshotData = crate::raft::sm::snapshot_data::SnapshotData;
 
     /// openraft's own backoff, applied once a stream is open (a peer that answers but accepts
     /// nothing, or a stream that broke). It starts short because it is also paid once by the
@@ -370,7 +371,8 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         };
         // Streamed a chunk at a time (see `snapshot_stream`).
         let header = encode(&(vote, snapshot.meta.clone()));
-        let (chunks, read_failure) = super::snapshot_stream::chunks(header, snapshot.snapshot);
+        let (chunks, read_failure) =
+            crate::raft::net::snapshot_stream::chunks(header, snapshot.snapshot);
         let started = std::time::Instant::now();
         let send = client.install_snapshot(chunks);
         let resp = tokio::select! {
