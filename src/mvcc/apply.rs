@@ -352,7 +352,7 @@ impl<'a> Batch<'a> {
             return Ok(None);
         }
         let rec = self.record(found.rev)?.ok_or_else(|| {
-            MvccError::Storage(format!("history record {found:?} of a live key is missing"))
+            MvccError::corrupt(format!("history record {found:?} of a live key is missing"))
         })?;
         Ok(Some(rec.kv))
     }

@@ -143,8 +143,8 @@ mod tests {
         let (_d, db, s) = temp_store();
         put(&s, "a", "1");
         let fresh = StoreEngine::temporary().unwrap();
-        let res = s.defragment(&fresh, || Err(MvccError::Storage("switch failed".into())));
-        assert_eq!(res.err(), Some(MvccError::Storage("switch failed".into())));
+        let res = s.defragment(&fresh, || Err(MvccError::corrupt("switch failed")));
+        assert_eq!(res.err(), Some(MvccError::corrupt("switch failed")));
         put(&s, "a", "2");
         s.flush().unwrap();
         let cur = |e: &StoreEngine| {

@@ -35,7 +35,7 @@ pub fn crash_point(engine: &StoreEngine) -> Result<(), MvccError> {
         Some(1) => {
             LEFT.with(|l| l.set(None));
             engine.flush()?;
-            return Err(MvccError::Storage("injected crash".into()));
+            return Err(MvccError::corrupt("injected crash"));
         }
         Some(n) => LEFT.with(|l| l.set(Some(n.saturating_sub(1)))),
         None => {}

@@ -182,7 +182,7 @@ impl MvccStore {
             // (A negative `rev` counts nothing, as etcd's upper bound then excludes all.)
             for r in kept.into_iter().filter(|r| r.main <= rev) {
                 let rec = view.record(r)?.ok_or_else(|| {
-                    MvccError::Storage(format!("history record {}_{} is missing", r.main, r.sub))
+                    MvccError::corrupt(format!("history record {}_{} is missing", r.main, r.sub))
                 })?;
                 feed(r, &rec);
             }

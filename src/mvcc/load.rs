@@ -37,7 +37,7 @@ pub fn check_entries<'a>(
 ) -> Result<(), MvccError> {
     for (tree, _, _) in entries {
         if ![REV_TREE, LEASE_TREE, META_TREE, LEGACY_IDX_TREE].contains(&tree.as_str()) {
-            return Err(MvccError::Storage(format!("unknown tree {tree:?}")));
+            return Err(MvccError::corrupt(format!("unknown tree {tree:?}")));
         }
     }
     Ok(())

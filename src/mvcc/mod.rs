@@ -89,7 +89,7 @@ use std::time::{Duration, Instant};
 pub use check::{check_delete_range, check_put, check_range, check_txn, DEFAULT_MAX_TXN_OPS};
 pub use defrag::Copied;
 pub use engine::{Engine, EngineOptions, SledEngine, StoreEngine};
-pub use error::MvccError;
+pub use error::{MvccError, StorageError};
 pub use etcd::image::{entries_from_etcd, EtcdEntries, Pairs, TreeEntries, TreeEntry};
 pub use hash::{Crc32c, KvHash};
 pub use index::Revision;
@@ -314,7 +314,7 @@ impl MvccStore {
         std::thread::Builder::new()
             .name("mvcc-commit".into())
             .spawn(move || run_committer(pending, weak))
-            .map_err(|e| MvccError::Storage(format!("starting the MVCC committer: {e}")))?;
+            .map_err(|e| MvccError::storage("starting the MVCC committer", e))?;
         Ok(store)
     }
 
@@ -476,9 +476,12 @@ impl MvccStore {
             // exits when bbolt cannot commit). Nothing is lost: the engine stays at an earlier
             // apply boundary and a restarted member re-applies from its log.
             i.persist_pending().map_err(|e| {
-                MvccError::Storage(format!(
-                    "cannot commit {MAX_PENDING} applied writes to the state-machine database: {e}"
-                ))
+                MvccError::storage(
+                    format!(
+                        "cannot commit {MAX_PENDING} applied writes to the state-machine database"
+                    ),
+                    e,
+                )
             })?;
         }
         Ok(out)
@@ -776,7 +779,7 @@ impl MvccStore {
         let engine = self.inner.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush())
             .await
-            .map_err(|e| MvccError::Storage(format!("flushing after a compaction: {e}")))?
+            .map_err(|e| MvccError::storage("flushing after a compaction", e))?
     }
 
     /// Persists the pending buffer and flushes the engine (apply never does).

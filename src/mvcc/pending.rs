@@ -195,7 +195,7 @@ impl PendingWrites {
             };
             #[cfg(test)]
             if self.fail_persists.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(MvccError::Storage("injected persist failure".into()));
+                return Err(MvccError::corrupt("injected persist failure"));
             }
             let started = Instant::now();
             engine.write(layer_batch(&frozen))?;

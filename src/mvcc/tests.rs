@@ -997,7 +997,11 @@ fn failing_persists_keep_writes_readable_and_a_full_buffer_fails_the_apply() {
         }
     }
     match failed {
-        Some(MvccError::Storage(m)) => assert!(m.contains("injected persist failure"), "{m}"),
+        Some(MvccError::Storage(m)) => {
+            let cause = std::error::Error::source(&m).expect("the persist failure is the cause");
+            let cause = cause.downcast_ref::<MvccError>().expect("an MvccError");
+            assert_eq!(cause, &MvccError::corrupt("injected persist failure"));
+        }
         other => panic!("a full buffer with failing persists must fail the apply: {other:?}"),
     }
     assert!(s.inner.pending.len() < pending::MAX_PENDING + batch + 8);

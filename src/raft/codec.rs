@@ -12,11 +12,8 @@ pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
 }
 
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(
-    what: &str,
+    what: &'static str,
     b: &[u8],
 ) -> Result<T, StoreError> {
-    bincode::deserialize(b).map_err(|e| StoreError::Decode {
-        what: what.to_string(),
-        reason: e.to_string(),
-    })
+    bincode::deserialize(b).map_err(|source| StoreError::Decode { what, source })
 }

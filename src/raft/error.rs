@@ -70,8 +70,23 @@ pub enum StoreError {
     Wal(#[from] WalError),
     #[error("state machine: {0}")]
     Mvcc(#[from] MvccError),
-    #[error("cannot decode {what}: {reason}")]
-    Decode { what: String, reason: String },
+    /// A stored record (log entry, vote, metadata) that does not decode.
+    #[error("cannot decode {what}: {source}")]
+    Decode {
+        what: &'static str,
+        source: bincode::Error,
+    },
+    /// Stored Raft state that decodes but is not what it must be: `reason` says what was
+    /// found (a missing entry, a member missing from its own configuration).
+    #[error("inconsistent {what}: {reason}")]
+    Inconsistent { what: &'static str, reason: String },
+    /// A membership configuration that openraft refuses (no voter, a voter without a node).
+    #[error("{what}: {source}")]
+    Membership {
+        what: &'static str,
+        source: openraft::error::MembershipError<crate::raft::types::NodeId>,
+    },
+    /// A snapshot file that is not what it must be; `reason` says what was found.
     #[error("snapshot {file}: {reason}")]
     Snapshot { file: PathBuf, reason: String },
     #[error("io: {0}")]
@@ -85,17 +100,20 @@ pub enum StoreError {
     /// The state machine refuses every write from then on (so the member exits, as on any
     /// storage error); the next start reads the pointer and keeps the one it names.
     #[error(
-        "switching the state machine's engine to {dir}: {reason}; which engine is current is \
+        "switching the state machine's engine to {dir}: {source}; which engine is current is \
          decided at the next start"
     )]
-    SwitchUncertain { dir: PathBuf, reason: String },
+    SwitchUncertain {
+        dir: PathBuf,
+        source: std::sync::Arc<std::io::Error>,
+    },
 }
 
 impl From<StoreError> for std::io::Error {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Io(e) => e,
-            e => std::io::Error::other(e.to_string()),
+            e => std::io::Error::other(e),
         }
     }
 }

@@ -85,8 +85,8 @@ pub async fn force_new_cluster(
     let mine = current
         .get_node(&me)
         .cloned()
-        .ok_or_else(|| StoreError::Decode {
-            what: "membership".into(),
+        .ok_or_else(|| StoreError::Inconsistent {
+            what: "membership",
             reason: format!("member {me:x} is not in its own cluster configuration"),
         })?;
     let removed: Vec<NodeId> = current
@@ -116,9 +116,9 @@ pub async fn force_new_cluster(
     let leader = <LogId as LogIdLeader>::leader(term, me);
     let id = LogId::new(leader, known + 1);
     let config = Membership::new(vec![BTreeSet::from([me])], BTreeMap::from([(me, mine)]))
-        .map_err(|e| StoreError::Decode {
-            what: "membership".into(),
-            reason: e.to_string(),
+        .map_err(|source| StoreError::Membership {
+            what: "the forced single-member configuration",
+            source,
         })?;
     let entry = Entry::new_membership(id, config);
 
@@ -181,8 +181,8 @@ async fn log_id_at(
             return Ok(Some(id));
         }
     }
-    Err(StoreError::Decode {
-        what: "log".into(),
+    Err(StoreError::Inconsistent {
+        what: "log",
         reason: format!("no log id for index {index}"),
     })
 }

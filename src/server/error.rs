@@ -419,7 +419,7 @@ mod tests {
                 "kvd: mvcc: meta key [109] is reserved",
             ),
             (
-                A::Mvcc(M::Storage("disk".into())),
+                A::Mvcc(M::corrupt("disk")),
                 Unknown,
                 "kvd: mvcc: storage error: disk",
             ),

@@ -92,7 +92,11 @@ pub(crate) fn run(engine: Arc<Mutex<Flusher>>, shared: Arc<Shared>) {
 
 impl Flusher {
     /// Writes one batch and runs its callbacks (or fails them all if the WAL is poisoned).
-    pub(crate) fn process(&mut self, batch: Vec<Submission>, poisoned: Option<String>) {
+    pub(crate) fn process(
+        &mut self,
+        batch: Vec<Submission>,
+        poisoned: Option<std::sync::Arc<WalError>>,
+    ) {
         if batch.is_empty() {
             return;
         }
@@ -116,7 +120,7 @@ impl Flusher {
             Err(e) => {
                 self.poison(&e);
                 for p in batch {
-                    (p.done)(Err(e.duplicate()));
+                    (p.done)(Err(e.clone()));
                 }
             }
         }
@@ -126,7 +130,7 @@ impl Flusher {
         tracing::error!(error = %e, "wal: I/O failure, refusing all further writes");
         let mut q = self.shared.lock();
         if q.poisoned.is_none() {
-            q.poisoned = Some(e.to_string());
+            q.poisoned = Some(std::sync::Arc::new(e.clone()));
         }
     }
 

@@ -152,10 +152,12 @@ pub enum Record {
     PurgeUpTo { index: u64, data: Vec<u8> },
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Clone, so one failure reaches every caller waiting on it with its cause intact (an
+/// `io::Error` is shared, not re-created from its text).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum WalError {
     #[error("wal I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(#[source] std::sync::Arc<std::io::Error>),
     #[error("wal corrupt: {file} at offset {offset}: {reason}")]
     Corrupt {
         file: PathBuf,
@@ -189,47 +191,12 @@ pub enum WalError {
     #[error("wal is closed")]
     Closed,
     #[error("wal refuses writes after an earlier I/O failure: {0}")]
-    Poisoned(String),
+    Poisoned(#[source] std::sync::Arc<WalError>),
 }
 
-impl WalError {
-    /// io::Error is not Clone, but one failure must be reported to every
-    /// waiting caller.
-    fn duplicate(&self) -> WalError {
-        match self {
-            WalError::Io(e) => WalError::Io(std::io::Error::new(e.kind(), e.to_string())),
-            WalError::Corrupt {
-                file,
-                offset,
-                reason,
-            } => WalError::Corrupt {
-                file: file.clone(),
-                offset: *offset,
-                reason: reason.clone(),
-            },
-            WalError::BadHeader { file, reason } => WalError::BadHeader {
-                file: file.clone(),
-                reason: reason.clone(),
-            },
-            WalError::IncompatibleVersion { file, found } => WalError::IncompatibleVersion {
-                file: file.clone(),
-                found: *found,
-            },
-            WalError::MissingSegment {
-                missing,
-                first_kept,
-                holds,
-                purged,
-            } => WalError::MissingSegment {
-                missing: missing.clone(),
-                first_kept: first_kept.clone(),
-                holds: holds.clone(),
-                purged: *purged,
-            },
-            WalError::RecordTooLarge { len } => WalError::RecordTooLarge { len: *len },
-            WalError::Closed => WalError::Closed,
-            WalError::Poisoned(s) => WalError::Poisoned(s.clone()),
-        }
+impl From<std::io::Error> for WalError {
+    fn from(e: std::io::Error) -> Self {
+        WalError::Io(std::sync::Arc::new(e))
     }
 }
 
@@ -343,7 +310,7 @@ pub(crate) struct Submission {
 pub(crate) struct Queue {
     pending: Vec<Submission>,
     closed: bool,
-    poisoned: Option<String>,
+    poisoned: Option<std::sync::Arc<WalError>>,
 }
 
 pub(crate) struct Shared {
@@ -612,7 +579,7 @@ impl Wal {
                     Ok(b) => b,
                     // Purged (the segment unlinked) since the lookup.
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                    Err(e) => return Err(WalError::Io(e)),
+                    Err(e) => return Err(e.into()),
                 };
             for (index, loc) in run {
                 let at = (loc.offset - first.offset) as usize;

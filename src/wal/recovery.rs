@@ -80,7 +80,7 @@ fn parse_name(name: &str) -> Option<u64> {
 }
 
 fn io_ctx(e: std::io::Error) -> WalError {
-    WalError::Io(e)
+    e.into()
 }
 
 /// How the frames of a segment end.

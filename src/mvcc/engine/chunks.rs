@@ -51,7 +51,7 @@ const SLED_BLOB_THRESHOLD: usize = (512 << 10) / 4 - 64;
 const _: () = assert!(SLED_LEAF_ENTRIES * (CHUNK_BYTES + 64) < SLED_BLOB_THRESHOLD);
 
 fn corrupt(chunk_key: &[u8]) -> MvccError {
-    MvccError::Storage(format!("history chunk {chunk_key:02x?} does not decode"))
+    MvccError::corrupt(format!("history chunk {chunk_key:02x?} does not decode"))
 }
 
 fn read_len(buf: &[u8], at: usize) -> Option<usize> {

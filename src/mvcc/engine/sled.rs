@@ -41,13 +41,12 @@ fn check_format(db: &::sled::Db) -> Result<(), MvccError> {
         Some(v) => {
             let found = <[u8; 4]>::try_from(v.as_ref())
                 .map(u32::from_le_bytes)
-                .map_err(|_| MvccError::Storage("engine format record does not decode".into()))?;
+                .map_err(|_| MvccError::corrupt("engine format record does not decode"))?;
             if found > ENGINE_FORMAT {
-                return Err(MvccError::Storage(format!(
-                    "the state-machine database was written by a newer kvd (engine format \
-                     {found}; this kvd reads up to {ENGINE_FORMAT}): run the newer kvd on this \
-                     data dir"
-                )));
+                return Err(MvccError::NewerEngine {
+                    found,
+                    supported: ENGINE_FORMAT,
+                });
             }
             Ok(())
         }
@@ -61,7 +60,7 @@ fn check_format(db: &::sled::Db) -> Result<(), MvccError> {
 
 impl From<::sled::Error> for MvccError {
     fn from(e: ::sled::Error) -> Self {
-        MvccError::Storage(e.to_string())
+        MvccError::storage("engine", e)
     }
 }
 
@@ -319,7 +318,7 @@ impl Engine for SledEngine {
                 });
                 res.map_err(|e| match e {
                     TransactionError::Storage(e) => e.into(),
-                    TransactionError::Abort(()) => MvccError::Storage("transaction aborted".into()),
+                    TransactionError::Abort(()) => MvccError::corrupt("engine transaction aborted"),
                 })?;
                 if let Some(plan) = plan {
                     trees.index.update(&plan);

@@ -273,7 +273,7 @@ fn a_newer_engine_layout_is_refused() {
     }
     let e = (0..300)
         .find_map(|_| match SledEngine::open(dir.path()) {
-            Err(crate::mvcc::MvccError::Storage(m)) if m.contains("newer kvd") => Some(m),
+            Err(e @ crate::mvcc::MvccError::NewerEngine { .. }) => Some(e.to_string()),
             _ => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
                 None

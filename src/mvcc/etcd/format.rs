@@ -43,7 +43,7 @@ pub struct LeaseRecord {
 }
 
 fn bad(what: impl Into<String>) -> MvccError {
-    MvccError::Storage(what.into())
+    MvccError::corrupt(what.into())
 }
 
 /// etcd's history key for `rev`.

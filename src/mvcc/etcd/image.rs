@@ -148,7 +148,7 @@ where
         let (k, v) = history_from_etcd(k, v)?;
         let rev = Revision::from_bytes(&k)?;
         if self.last.is_some_and(|l| l >= rev) {
-            return Err(MvccError::Storage(format!(
+            return Err(MvccError::corrupt(format!(
                 "history out of order at revision {}_{}",
                 rev.main, rev.sub
             )));
@@ -179,7 +179,7 @@ where
             ));
         }
         if let Some((key, lease)) = self.leased.iter().find(|(_, l)| !lease_ids.contains(l)) {
-            return Err(MvccError::Storage(format!(
+            return Err(MvccError::corrupt(format!(
                 "key {:?} is attached to lease {lease:x}, which the snapshot does not hold",
                 String::from_utf8_lossy(key)
             )));

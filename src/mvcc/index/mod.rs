@@ -39,7 +39,7 @@ impl Revision {
     /// Inverse of [`Revision::to_bytes`].
     pub fn from_bytes(b: &[u8]) -> Result<Self, MvccError> {
         if b.len() != 16 {
-            return Err(MvccError::Storage(format!(
+            return Err(MvccError::corrupt(format!(
                 "bad revision key length {}",
                 b.len()
             )));
@@ -271,7 +271,7 @@ impl Record {
     pub fn decode(b: &[u8]) -> Result<Self, MvccError> {
         let (flag, rest) = b
             .split_first()
-            .ok_or_else(|| MvccError::Storage("empty history record".into()))?;
+            .ok_or_else(|| MvccError::corrupt("empty history record"))?;
         Ok(Record {
             tombstone: *flag != 0,
             kv: KeyValue::decode(rest)?,
@@ -283,6 +283,6 @@ impl Record {
 pub(crate) fn decode_i64(v: &[u8]) -> Result<i64, MvccError> {
     let b: [u8; 8] = v
         .try_into()
-        .map_err(|_| MvccError::Storage("bad revision in meta tree".into()))?;
+        .map_err(|_| MvccError::corrupt("bad revision in meta tree"))?;
     Ok(i64::from_be_bytes(b))
 }

@@ -198,13 +198,12 @@ impl LogStore {
             Some(e) => Some(e.log_id()),
             None if st.evicted.is_some_and(|e| e >= st.first_live()) => {
                 let i = st.evicted.unwrap_or_default();
-                let data =
-                    wal.read_entries(i..i + 1, 1)?
-                        .pop()
-                        .ok_or_else(|| StoreError::Decode {
-                            what: "entry".into(),
-                            reason: format!("entry {i} is not in the WAL"),
-                        })?;
+                let data = wal.read_entries(i..i + 1, 1)?.pop().ok_or_else(|| {
+                    StoreError::Inconsistent {
+                        what: "log",
+                        reason: format!("entry {i} is not in the WAL"),
+                    }
+                })?;
                 Some(decode::<Entry>("entry", &data)?.log_id())
             }
             None => st.purged,

@@ -84,11 +84,12 @@ where
 {
     let log_id = restored_log_id();
     let voters: BTreeSet<NodeId> = members.keys().copied().collect();
-    let membership =
-        Membership::new(vec![voters], members.clone()).map_err(|e| StoreError::Snapshot {
-            file: sm_dir.to_path_buf(),
-            reason: format!("restored membership: {e}"),
-        })?;
+    let membership = Membership::new(vec![voters], members.clone()).map_err(|source| {
+        StoreError::Membership {
+            what: "the restored membership",
+            source,
+        }
+    })?;
     let meta = SnapshotMeta {
         last_log_id: Some(log_id),
         last_membership: StoredMembership::new(Some(log_id), membership),

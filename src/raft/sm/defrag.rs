@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::StateMachine;
-use crate::mvcc::{MvccError, StoreEngine};
+use crate::mvcc::{MvccError, StorageError, StoreEngine};
 use crate::raft::error::StoreError;
 use crate::raft::sm::engine_dir;
 use crate::sync::LockExt;
@@ -87,7 +87,10 @@ impl StateMachine {
         let mut switch_failed = None;
         let res = self.shared.mvcc.defragment(&fresh, || {
             engine_dir::switch_to(self.shared.fs.as_ref(), &to).map_err(|e| {
-                let m = MvccError::Storage(format!("switching to the defragmented engine: {e}"));
+                // The cause goes to the caller through `switch_failed`, not through the store.
+                let m = MvccError::Storage(StorageError::new(
+                    "switching to the defragmented engine failed",
+                ));
                 switch_failed = Some(e);
                 m
             })

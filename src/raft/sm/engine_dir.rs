@@ -156,7 +156,7 @@ pub fn switch_to(fs: &dyn WalFs, next: &Path) -> Result<(), StoreError> {
     drop(f);
     let uncertain = |e: io::Error| StoreError::SwitchUncertain {
         dir: next.to_path_buf(),
-        reason: e.to_string(),
+        source: std::sync::Arc::new(e),
     };
     fs.rename(&tmp, &sm_dir.join(POINTER)).map_err(uncertain)?;
     sync_after_rename(fs, sm_dir).map_err(uncertain)?;

@@ -131,7 +131,7 @@ pub struct SmShared {
     closing: watch::Sender<bool>,
     /// Set by a defragmentation whose engine switch is uncertain: the switch's error, which
     /// every later write returns.
-    refused: std::sync::Mutex<Option<(PathBuf, String)>>,
+    refused: std::sync::Mutex<Option<(PathBuf, std::sync::Arc<std::io::Error>)>>,
 }
 
 #[derive(Clone)]
@@ -229,17 +229,17 @@ impl StateMachine {
     pub(super) fn usable(&self) -> Result<(), StoreError> {
         match &*self.shared.refused.lock_or_recover() {
             None => Ok(()),
-            Some((dir, reason)) => Err(StoreError::SwitchUncertain {
+            Some((dir, source)) => Err(StoreError::SwitchUncertain {
                 dir: dir.clone(),
-                reason: reason.clone(),
+                source: source.clone(),
             }),
         }
     }
 
     /// Refuses every write from now on with `e` (a [`StoreError::SwitchUncertain`]).
     pub(super) fn refuse_writes(&self, e: &StoreError) {
-        if let StoreError::SwitchUncertain { dir, reason } = e {
-            *self.shared.refused.lock_or_recover() = Some((dir.clone(), reason.clone()));
+        if let StoreError::SwitchUncertain { dir, source } = e {
+            *self.shared.refused.lock_or_recover() = Some((dir.clone(), source.clone()));
         }
     }
 
@@ -267,12 +267,12 @@ impl StateMachine {
 
     fn reload_cluster_format(&self) -> Result<(), StoreError> {
         let f = match self.shared.mvcc.get_meta(META_CLUSTER_FORMAT)? {
-            Some(b) => {
-                u32::from_le_bytes(b.as_slice().try_into().map_err(|_| StoreError::Decode {
-                    what: "cluster log format".into(),
+            Some(b) => u32::from_le_bytes(b.as_slice().try_into().map_err(|_| {
+                StoreError::Inconsistent {
+                    what: "cluster log format",
                     reason: format!("{} bytes", b.len()),
-                })?)
-            }
+                }
+            })?),
             None => OLDEST_LOG_FORMAT,
         };
         self.shared.cluster_format.store(f, Ordering::SeqCst);
@@ -705,7 +705,7 @@ fn respond(
         },
         Slot::Request(i) => match std::mem::replace(
             &mut results[i],
-            Err(crate::mvcc::MvccError::Storage(String::new())),
+            Err(crate::mvcc::MvccError::corrupt("taken")),
         ) {
             Ok(w) => {
                 let (r, rev) = to_internal_response(w);
