@@ -8,7 +8,7 @@
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
     LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
-    PutResponse, TxnRequest, TxnResponse,
+    PutResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 
 /// A write request, as carried in the replicated log.
@@ -38,4 +38,18 @@ pub enum WriteResponse {
     Compact(CompactionResponse),
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
+}
+
+impl WriteResponse {
+    /// The response's header: its revision is the store's after the request.
+    pub fn header(&self) -> Option<&ResponseHeader> {
+        match self {
+            WriteResponse::Put(r) => r.header.as_ref(),
+            WriteResponse::DeleteRange(r) => r.header.as_ref(),
+            WriteResponse::Txn(r) => r.header.as_ref(),
+            WriteResponse::Compact(r) => r.header.as_ref(),
+            WriteResponse::LeaseGrant(r) => r.header.as_ref(),
+            WriteResponse::LeaseRevoke(r) => r.header.as_ref(),
+        }
+    }
 }

@@ -480,11 +480,7 @@ fn written(
 ) -> Result<(InternalResponse, u64), Retry> {
     use openraft::error::ClientWriteError;
     match r {
-        Ok((data, index)) => {
-            let ir = InternalResponse::decode(data.0)
-                .map_err(|e| Retry::Fail(ProposeError::Internal(e.to_string())))?;
-            Ok((ir, index))
-        }
+        Ok((data, index)) => Ok((data.0, index)),
         // Refused before it was appended: safe to send to the leader.
         Err(ClientWriteError::ForwardToLeader(_)) => Err(Retry::Again),
         // Appended, then dropped from this log: it may still commit elsewhere.

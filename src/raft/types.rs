@@ -7,7 +7,10 @@
 use std::fmt;
 
 use bytes::Bytes;
+use prost::Message;
 use serde::{Deserialize, Serialize};
+
+use crate::proto::kvdpb::InternalResponse;
 
 /// A member as Raft's membership config stores it. Only peer URLs are needed to replicate;
 /// name and client URLs are published later through the log (as etcd does) and kept in the
@@ -33,9 +36,27 @@ impl fmt::Display for Command {
     }
 }
 
-/// What applying one command produced: a prost-encoded `InternalResponse`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommandResult(pub Bytes);
+/// What applying one command produced, handed from the state machine to the local proposer
+/// in memory (a forwarded write's answer travels as the peer protocol's message instead).
+/// openraft's type config asks for serde; it is the message's prost bytes, which nothing in
+/// kvd writes or reads today.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CommandResult(pub InternalResponse);
+
+impl Serialize for CommandResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        Bytes::from(self.0.encode_to_vec()).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for CommandResult {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let b = Bytes::deserialize(d)?;
+        InternalResponse::decode(b)
+            .map(CommandResult)
+            .map_err(serde::de::Error::custom)
+    }
+}
 
 openraft::declare_raft_types!(
     /// kvd's Raft types.
@@ -56,3 +77,21 @@ pub type Membership = openraft::Membership<NodeId, Member>;
 pub type LeaderId = openraft::type_config::alias::LeaderIdOf<TypeConfig>;
 /// Why openraft stopped (a storage error, a panic in its core, or a shutdown).
 pub type Fatal = openraft::error::Fatal<TypeConfig>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::kvdpb::internal_response;
+
+    #[test]
+    fn a_command_result_survives_serde_as_its_message_bytes() {
+        let r = CommandResult(InternalResponse {
+            response: Some(internal_response::Response::Error("boom".into())),
+            revision: 7,
+            error_code: 3,
+        });
+        let bytes = bincode::serialize(&r).unwrap();
+        assert_eq!(bincode::deserialize::<CommandResult>(&bytes).unwrap(), r);
+        assert!(bincode::deserialize::<CommandResult>(&[1, 0, 0, 0, 0, 0, 0, 0, 0xff]).is_err());
+    }
+}

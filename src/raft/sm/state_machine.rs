@@ -43,7 +43,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures::StreamExt;
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
@@ -292,7 +291,10 @@ impl StateMachine {
     }
 
     /// Applies a batch whose normal entries all decoded to requests this build applies
-    /// (`decoded[i]` is entry i's request, `None` for blank and membership entries).
+    /// (`decoded[i]` is entry i's request, `None` for blank and membership entries), in three
+    /// phases: classify each entry ([`Self::classify`]), apply the batch's writes and metadata
+    /// to the store in one step, and respond to each entry's proposer ([`respond`]) with the
+    /// response itself, not its bytes.
     async fn apply_decoded(
         &mut self,
         batch: Vec<EntryResponder<TypeConfig>>,
@@ -305,8 +307,64 @@ impl StateMachine {
             return Ok(());
         };
 
-        // What each entry's proposer is answered: nothing to apply, a write request's result,
-        // or a refusal.
+        let Classified {
+            reqs,
+            revoke_checks,
+            slots,
+            mut meta,
+            membership,
+            cluster_format,
+        } = self.classify(&batch, decoded)?;
+
+        // Apply: the writes and metadata together, so the engine holds whole batches.
+        meta.push((META_LAST_APPLIED.to_vec(), Some(encode(&Some(last)))));
+        if let Some(m) = &membership {
+            meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
+        }
+        let mut revoke_refusals: Vec<Option<AuthError>> = vec![None; reqs.len()];
+        let mut may_delete = |i: usize, key: &[u8]| match &revoke_checks[i] {
+            None => true,
+            Some(check) => match check.check(key, &[], true) {
+                Ok(()) => true,
+                Err(e) => {
+                    revoke_refusals[i] = Some(e);
+                    false
+                }
+            },
+        };
+        let mut results = self
+            .shared
+            .mvcc
+            .apply_guarded(&reqs, &meta, &mut may_delete)
+            .map_err(StoreError::from)?;
+        let current = self.shared.mvcc.current_revision();
+        if let Some(f) = cluster_format {
+            self.shared.cluster_format.store(f, Ordering::SeqCst);
+            tracing::info!(format = f, "the cluster's log format is now {f}");
+        }
+        // Before any responder fires: a client that got its grant can keep it alive at once.
+        self.track_leases(&reqs, &results);
+
+        // Respond.
+        for ((_, responder), slot) in batch.into_iter().zip(slots) {
+            let Some(responder) = responder else { continue };
+            let resp = respond(slot, &mut results, &mut revoke_refusals, current);
+            responder.send(CommandResult(resp));
+        }
+        self.shared.applied_tx.send_replace(last.index);
+        self.shared.revision_tx.send_replace(current);
+        Ok(())
+    }
+
+    /// The classify phase of an apply: what each entry of `batch` asks of the store, decided
+    /// entry by entry at the auth, alarm and membership state that entry sees. Auth and alarm
+    /// entries change their in-memory state here, in log order; MVCC writes are only
+    /// collected, to be applied together.
+    fn classify(
+        &self,
+        batch: &[EntryResponder<TypeConfig>],
+        decoded: Vec<Option<InternalRequest>>,
+    ) -> Result<Classified, StoreError> {
         let mut reqs = Vec::new();
         let mut revoke_checks: Vec<Option<KeyCheck>> = Vec::new();
         let mut slots: Vec<Slot> = Vec::with_capacity(batch.len());
@@ -382,42 +440,14 @@ impl StateMachine {
             }
             slots.push(slot);
         }
-        meta.push((META_LAST_APPLIED.to_vec(), Some(encode(&Some(last)))));
-        if let Some(m) = &membership {
-            meta.push((META_MEMBERSHIP.to_vec(), Some(encode(m))));
-        }
-        let mut revoke_refusals: Vec<Option<AuthError>> = vec![None; reqs.len()];
-        let mut may_delete = |i: usize, key: &[u8]| match &revoke_checks[i] {
-            None => true,
-            Some(check) => match check.check(key, &[], true) {
-                Ok(()) => true,
-                Err(e) => {
-                    revoke_refusals[i] = Some(e);
-                    false
-                }
-            },
-        };
-        let mut results = self
-            .shared
-            .mvcc
-            .apply_guarded(&reqs, &meta, &mut may_delete)
-            .map_err(StoreError::from)?;
-        let current = self.shared.mvcc.current_revision();
-        if let Some(f) = cluster_format {
-            self.shared.cluster_format.store(f, Ordering::SeqCst);
-            tracing::info!(format = f, "the cluster's log format is now {f}");
-        }
-        // Before any responder fires: a client that got its grant can keep it alive at once.
-        self.track_leases(&reqs, &results);
-
-        for ((_, responder), slot) in batch.into_iter().zip(slots) {
-            let Some(responder) = responder else { continue };
-            let resp = respond(slot, &mut results, &mut revoke_refusals, current);
-            responder.send(CommandResult(Bytes::from(resp.encode_to_vec())));
-        }
-        self.shared.applied_tx.send_replace(last.index);
-        self.shared.revision_tx.send_replace(current);
-        Ok(())
+        Ok(Classified {
+            reqs,
+            revoke_checks,
+            slots,
+            meta,
+            membership,
+            cluster_format,
+        })
     }
 
     /// Tells the lessor which leases the batch's applied writes granted and revoked.
@@ -598,6 +628,22 @@ enum Slot {
     Refused(ErrorCode, &'static str),
 }
 
+/// What a batch's entries ask of the store ([`StateMachine::classify`]).
+struct Classified {
+    /// The MVCC writes, in log order.
+    reqs: Vec<WriteRequest>,
+    /// Per write: the revoke permission check taken at its entry's auth state.
+    revoke_checks: Vec<Option<KeyCheck>>,
+    /// Per entry: what its proposer is answered.
+    slots: Vec<Slot>,
+    /// Metadata written with the batch (auth, alarms, member attributes, removals, format).
+    meta: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The batch's last membership entry, if any.
+    membership: Option<StoredMembership>,
+    /// The cluster log format the batch raises to, if it does.
+    cluster_format: Option<u32>,
+}
+
 /// Decodes a log entry's command with the bound every member applies ([`depth::LOG_LIMIT`]).
 ///
 /// Requests are validated (and their nesting bounded) before they are proposed, so a failure
@@ -732,26 +778,16 @@ fn respond(
 
 fn to_internal_response(r: WriteResponse) -> (internal_response::Response, i64) {
     use internal_response::Response as R;
-    let rev = |h: &Option<crate::proto::etcdserverpb::ResponseHeader>| {
-        h.as_ref().map_or(0, |h| h.revision)
+    let revision = r.header().map_or(0, |h| h.revision);
+    let response = match r {
+        WriteResponse::Put(p) => R::Put(p),
+        WriteResponse::DeleteRange(d) => R::DeleteRange(d),
+        WriteResponse::Txn(t) => R::Txn(t),
+        WriteResponse::Compact(c) => R::Compaction(c),
+        WriteResponse::LeaseGrant(g) => R::LeaseGrant(g),
+        WriteResponse::LeaseRevoke(r) => R::LeaseRevoke(r),
     };
-    match r {
-        WriteResponse::Put(p) => (rev(&p.header), R::Put(p)).swap(),
-        WriteResponse::DeleteRange(d) => (rev(&d.header), R::DeleteRange(d)).swap(),
-        WriteResponse::Txn(t) => (rev(&t.header), R::Txn(t)).swap(),
-        WriteResponse::Compact(c) => (rev(&c.header), R::Compaction(c)).swap(),
-        WriteResponse::LeaseGrant(g) => (rev(&g.header), R::LeaseGrant(g)).swap(),
-        WriteResponse::LeaseRevoke(r) => (rev(&r.header), R::LeaseRevoke(r)).swap(),
-    }
-}
-
-trait Swap<A, B> {
-    fn swap(self) -> (B, A);
-}
-impl<A, B> Swap<A, B> for (A, B) {
-    fn swap(self) -> (B, A) {
-        (self.1, self.0)
-    }
+    (response, revision)
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
