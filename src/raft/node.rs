@@ -66,6 +66,15 @@ pub struct RaftNode {
     pub(super) forwarder: Forwarder,
     /// The log format each peer applies, as the prober hears it.
     pub(super) formats: PeerFormats,
+    /// True once the member stops ([`Self::begin_stop`]): the peer service then answers
+    /// "stopping" and ends its append streams instead of calling into a core that is going
+    /// away (openraft logs such a call as an error).
+    pub(super) stopping: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Append streams from a leader being served: Raft stops once they ended (or after a
+    /// short wait), so none is cut off inside openraft.
+    pub(super) open_streams: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Per-peer link health, shared with the network and the prober.
+    pub(super) links: crate::raft::net::links::Links,
 }
 
 impl RaftNode {

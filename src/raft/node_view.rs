@@ -11,6 +11,7 @@
 //!   duties), never through these handles' callers.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::metrics::RaftServerMetrics;
@@ -267,9 +268,42 @@ impl RaftNode {
 
     /// Stops applying and stops Raft. Safe to call more than once.
     pub async fn stop_raft(&self) {
+        self.begin_stop();
+        // The streams' inputs end at `begin_stop`; openraft answers what it has and ends them.
+        let mut open = self.open_streams.subscribe();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(500),
+            open.wait_for(|n| *n == 0),
+        )
+        .await;
         // An apply that stopped before an entry it cannot apply waits until the close.
         self.sm.close();
         let _ = self.raft.shutdown().await;
+    }
+
+    /// Marks the member as stopping, before its servers and Raft stop: peers are told so
+    /// (and log it as a stop, not a fault), and their append streams end.
+    pub fn begin_stop(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Whether the member is stopping ([`Self::begin_stop`]).
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    /// Counts an append stream as open until the guard is dropped (see [`Self::stop_raft`]).
+    pub(crate) fn stream_opened(&self) -> OpenStream {
+        self.open_streams.send_modify(|n| *n += 1);
+        OpenStream(self.open_streams.clone())
+    }
+
+    /// Resolves once the member is stopping.
+    pub(crate) fn when_stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.stopping.subscribe();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
     }
 
     /// After [`Self::stop_raft`]: writes what a restart reads first, the committed index and
@@ -281,5 +315,14 @@ impl RaftNode {
         if let Err(e) = self.sm.store().flush() {
             tracing::warn!("could not write applied state to the state-machine database: {e}");
         }
+    }
+}
+
+/// An append stream being served; dropped with the stream.
+pub(crate) struct OpenStream(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
     }
 }

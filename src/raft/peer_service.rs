@@ -68,9 +68,29 @@ fn fatal(e: impl std::fmt::Display) -> Status {
 
 type BlobStream = Pin<Box<dyn Stream<Item = Result<RaftBlob, Status>> + Send>>;
 
+impl PeerService {
+    /// Refuses a Raft RPC while this member stops, before it reaches openraft.
+    fn live(&self) -> Result<(), Status> {
+        if self.node.is_stopping() {
+            return Err(crate::raft::net::peer_error::stopping());
+        }
+        Ok(())
+    }
+
+    /// Refuses a forwarded write or read index while this member stops, as "not leader":
+    /// nothing was proposed, so the follower may send it to the next leader.
+    fn leading(&self) -> Result<(), Status> {
+        if self.node.is_stopping() {
+            return Err(crate::raft::net::peer_error::not_leader());
+        }
+        Ok(())
+    }
+}
+
 #[tonic::async_trait]
 impl Peer for PeerService {
     async fn append(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
+        self.live()?;
         let rpc = unblob(&req.into_inner().data)?;
         self.node.touch_leader();
         let r = self.node.raft.append_entries(rpc).await.map_err(fatal)?;
@@ -83,39 +103,47 @@ impl Peer for PeerService {
         &self,
         req: Request<Streaming<RaftBlob>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        self.live()?;
         // A message that does not decode ends the stream; the leader then starts a new one.
         let node = self.node.clone();
+        let open = self.node.stream_opened();
+        // Ends when this member starts to stop, so openraft finishes the stream before its
+        // core goes away.
         let input = req
             .into_inner()
+            .take_until(self.node.when_stopping())
             .take_while(|r| futures::future::ready(r.is_ok()))
             .filter_map(move |r| {
                 node.touch_leader();
                 async move { r.ok().and_then(|b| bincode::deserialize(&b.data).ok()) }
             });
-        let out = self
-            .node
-            .raft
-            .stream_append(Box::pin(input))
-            .map(|r| match r {
+        let out = self.node.raft.stream_append(Box::pin(input)).map(move |r| {
+            // Owned by the stream, so it counts as open for as long as it exists.
+            let _open = &open;
+            match r {
                 Ok(res) => Ok(RaftBlob { data: encode(&res) }),
                 Err(e) => Err(fatal(e)),
-            });
+            }
+        });
         Ok(Response::new(Box::pin(out)))
     }
 
     async fn vote(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
+        self.live()?;
         let rpc = unblob(&req.into_inner().data)?;
         let r = self.node.raft.vote(rpc).await.map_err(fatal)?;
         Ok(blob(&r))
     }
 
     async fn pre_vote(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
+        self.live()?;
         let rpc = unblob(&req.into_inner().data)?;
         let r = self.node.raft.pre_vote(rpc).await.map_err(fatal)?;
         Ok(blob(&r))
     }
 
     async fn transfer_leader(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
+        self.live()?;
         let rpc = unblob(&req.into_inner().data)?;
         let r = self
             .node
@@ -130,6 +158,7 @@ impl Peer for PeerService {
         &self,
         req: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftBlob>, Status> {
+        self.live()?;
         let started = std::time::Instant::now();
         let mut stream = req.into_inner();
         let first = stream
@@ -176,6 +205,7 @@ impl Peer for PeerService {
         &self,
         req: Request<ForwardRequest>,
     ) -> Result<Response<ForwardResponse>, Status> {
+        self.leading()?;
         let inner = req
             .into_inner()
             .request
@@ -195,6 +225,7 @@ impl Peer for PeerService {
         &self,
         req: Request<ForwardManyRequest>,
     ) -> Result<Response<Self::ForwardManyStream>, Status> {
+        self.leading()?;
         let reqs = req.into_inner().requests;
         // Until the last outcome is out: no commit is held meanwhile (`commit_hold`).
         let mut waiting = self.node.commit_waits.forwarding();
@@ -226,6 +257,7 @@ impl Peer for PeerService {
         &self,
         _req: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexResponse>, Status> {
+        self.leading()?;
         let read_index = self.node.local_read_index().await?;
         // The asking member serves the read once it has applied this far.
         self.node.commit_waits.wait_for(read_index);

@@ -266,21 +266,51 @@ impl RaftNode {
         if status.leader != Some(self.id) {
             return;
         }
-        let Some(to) = status.membership.voter_ids().find(|v| *v != self.id) else {
+        let links = &self.links;
+        let voters: Vec<NodeId> = status
+            .membership
+            .voter_ids()
+            .filter(|v| *v != self.id)
+            .collect();
+        // A voter that answers now, if there is one: a stopped one cannot take over.
+        let Some(to) = voters
+            .iter()
+            .copied()
+            .find(|v| links.is_up(*v))
+            .or(voters.first().copied())
+        else {
             return;
         };
         tracing::info!(to = %format!("{to:x}"), "transferring leadership before stopping");
         if self.raft.trigger().transfer_leader(to).await.is_err() {
             return;
         }
+        // Until another member leads, or the target stops answering (it may be stopping too:
+        // a whole cluster stopped at once), for at most three seconds.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
         let mut rx = self.raft.metrics();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(3),
-            rx.wait_until(|m: &RaftMetrics<TypeConfig>| {
-                m.current_leader.is_some_and(|l| l != self.id)
-            }),
-        )
-        .await;
+        loop {
+            if rx
+                .borrow_watched()
+                .current_leader
+                .is_some_and(|l| l != self.id)
+            {
+                return;
+            }
+            if !links.is_up(to) {
+                tracing::info!(
+                    to = %format!("{to:x}"),
+                    "the member taking over stopped answering; stopping without waiting for it"
+                );
+                return;
+            }
+            let tick = (tokio::time::Instant::now() + Duration::from_millis(50)).min(deadline);
+            match tokio::time::timeout_at(tick, rx.changed()).await {
+                Ok(Err(_)) => return,
+                _ if tokio::time::Instant::now() >= deadline => return,
+                _ => {}
+            }
+        }
     }
 
     /// Tells a removed member it is out: replication to it stopped when its removal was

@@ -113,6 +113,9 @@ impl RaftNode {
             commit_waits,
             forwarder: crate::raft::net::forward_batch::Forwarder::new(channels.clone()),
             formats: Default::default(),
+            stopping: Arc::new(tokio::sync::watch::channel(false).0),
+            open_streams: Arc::new(tokio::sync::watch::channel(0).0),
+            links: links.clone(),
         })
     }
 

@@ -100,7 +100,12 @@ impl Links {
         match &mut l.down {
             None => {
                 let reported = due(l.last_report, now);
-                if reported {
+                if reported && cause == PeerFailure::Stopping {
+                    // A graceful stop, said by the peer itself: expected, not a fault.
+                    tracing::info!(%peer, "peer is stopping");
+                    l.last_report = Some(now);
+                    l.unreported = 0;
+                } else if reported {
                     tracing::warn!(
                         %peer, %cause, flaps = l.unreported,
                         "peer stopped answering; retrying with backoff, summary every {}s",
@@ -143,7 +148,16 @@ impl Links {
         }
     }
 
-    fn is_up(&self, target: NodeId) -> bool {
+    /// Whether `target`'s last answer was that it is stopping, and nothing succeeded since.
+    pub fn stopping(&self, target: NodeId) -> bool {
+        let m = self.inner.lock_or_recover();
+        m.get(&target)
+            .and_then(|l| l.down.as_ref())
+            .is_some_and(|o| o.cause == PeerFailure::Stopping)
+    }
+
+    /// Whether `target` answered its last RPC (or has not been asked yet).
+    pub fn is_up(&self, target: NodeId) -> bool {
         let m = self.inner.lock_or_recover();
         m.get(&target).is_some_and(|l| l.down.is_none())
     }

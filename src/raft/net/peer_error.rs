@@ -44,6 +44,16 @@ pub fn not_leader() -> tonic::Status {
     )
 }
 
+/// A member's answer to peer RPCs while it stops: not a failure of the link, and not worth a
+/// warning.
+pub fn stopping() -> tonic::Status {
+    status_of_kind(
+        tonic::Code::Unavailable,
+        "member stopping",
+        ErrorCode::Stopped,
+    )
+}
+
 /// One failed exchange with a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PeerFailure {
@@ -69,6 +79,9 @@ pub enum PeerFailure {
     /// The peer's answer could not be decoded.
     #[error("undecodable reply")]
     BadReply,
+    /// The peer answered that it is stopping ([`stopping`]).
+    #[error("peer is stopping")]
+    Stopping,
 }
 
 impl PeerFailure {
@@ -91,6 +104,9 @@ impl PeerFailure {
         }
         if connecting {
             return PeerFailure::Connect(ErrorKind::Other);
+        }
+        if s.source().is_none() && kind_of(s) == ErrorCode::Stopped {
+            return PeerFailure::Stopping;
         }
         match s.code() {
             tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => PeerFailure::Timeout,
@@ -185,5 +201,15 @@ mod tests {
             assert!(matches!(f, PeerFailure::Status(_)), "{s:?} -> {f:?}");
             assert!(!f.never_sent(), "{s:?}");
         }
+    }
+
+    #[test]
+    fn a_stopping_member_is_told_apart_and_may_have_seen_the_call() {
+        let f = PeerFailure::of_status(&stopping());
+        assert_eq!(f, PeerFailure::Stopping);
+        // It refused before calling Raft, but the same kind also answers a write that a
+        // stopping leader may have appended: never "not sent".
+        assert!(!f.never_sent() && f.is_transport());
+        assert_ne!(PeerFailure::of_status(&not_leader()), PeerFailure::Stopping);
     }
 }

@@ -70,6 +70,7 @@ pub async fn shut_down(
     if !failed {
         node.hand_over_leadership().await;
     }
+    node.begin_stop();
     serving.stop_servers();
     node.stop_raft().await;
     node.persist_on_stop().await;
