@@ -526,6 +526,9 @@ pub enum EndpointCommand {
     Status(StatusArgs),
     /// Prints the KV history hash for each endpoint in --endpoints
     Hashkv(HashKvArgs),
+    /// kvctl only: asks every member it can reach and says whether the cluster is healthy,
+    /// degraded or has lost quorum, and what to do
+    Diagnose,
 }
 
 #[derive(Args, Debug, Clone, Default)]

@@ -33,7 +33,7 @@ pub mod types;
 
 pub use error::{ProposeError, StoreError};
 pub use node::{Raft, RaftNode};
-pub use node_view::{LeadershipWatch, RaftStatus, Role};
+pub use node_view::{LeadershipWatch, PeerView, RaftStatus, Role};
 pub use reconfigure::{quorum, ReconfigError};
 pub use start::{ConfigError, RaftSettings, StartError};
 pub use types::{Fatal, Member, NodeId, TypeConfig};

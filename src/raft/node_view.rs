@@ -281,6 +281,23 @@ impl RaftNode {
         let _ = self.raft.shutdown().await;
     }
 
+    /// This member's view of each other member of its configuration, from its RPCs to them
+    /// (openraft's and the prober's): for operators' diagnosis (`kvctl endpoint diagnose`).
+    pub fn peer_views(&self) -> Vec<PeerView> {
+        let status = self.status();
+        status
+            .membership
+            .nodes()
+            .map(|(id, _)| *id)
+            .filter(|id| *id != self.id)
+            .map(|id| PeerView {
+                id,
+                reachable: self.links.is_up(id) && self.links.last_contact(id).is_some(),
+                last_contact: self.links.last_contact(id),
+            })
+            .collect()
+    }
+
     /// Marks the member as stopping, before its servers and Raft stop: peers are told so
     /// (and log it as a stop, not a fault), and their append streams end.
     pub fn begin_stop(&self) {
@@ -325,4 +342,14 @@ impl Drop for OpenStream {
     fn drop(&mut self) {
         self.0.send_modify(|n| *n -= 1);
     }
+}
+
+/// One member's view of one peer ([`RaftNode::peer_views`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerView {
+    pub id: NodeId,
+    /// The last RPC to it succeeded.
+    pub reachable: bool,
+    /// How long ago an RPC to it last succeeded; `None` if none did since this member started.
+    pub last_contact: Option<std::time::Duration>,
 }

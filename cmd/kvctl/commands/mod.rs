@@ -111,6 +111,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             EndpointCommand::Status(a) => endpoint::status(&ctx, e.cluster, a).await,
             EndpointCommand::Health => endpoint::health(&ctx, e.cluster).await,
             EndpointCommand::Hashkv(a) => endpoint::hashkv(&ctx, e.cluster, a).await,
+            EndpointCommand::Diagnose => endpoint::diagnose(&ctx).await,
         },
         Command::Alarm(a) => match a.command {
             AlarmCommand::List(a) => alarm::list(&ctx, a).await,

@@ -156,6 +156,13 @@ impl Links {
             .is_some_and(|o| o.cause == PeerFailure::Stopping)
     }
 
+    /// How long ago an RPC to `target` last succeeded (`None`: never, since this member
+    /// started).
+    pub fn last_contact(&self, target: NodeId) -> Option<Duration> {
+        let m = self.inner.lock_or_recover();
+        m.get(&target).and_then(|l| l.last_ok).map(|t| t.elapsed())
+    }
+
     /// Whether `target` answered its last RPC (or has not been asked yet).
     pub fn is_up(&self, target: NodeId) -> bool {
         let m = self.inner.lock_or_recover();

@@ -80,6 +80,16 @@ impl Maintenance for MaintenanceService {
             downgrade_info: None,
             kvd_recent_wal_fsyncs: recent.count,
             kvd_recent_wal_fsync_p99_us: recent.p99.as_micros() as u64,
+            kvd_peers: node
+                .peer_views()
+                .into_iter()
+                .map(|p| KvdPeerView {
+                    id: p.id,
+                    reachable: p.reachable,
+                    last_contact_ms: p.last_contact.map_or(0, |d| d.as_millis() as u64),
+                    never_contacted: p.last_contact.is_none(),
+                })
+                .collect(),
         }))
     }
 

@@ -180,6 +180,7 @@ fn status() -> Route {
                 let s = resp.get_mut();
                 s.kvd_recent_wal_fsyncs = 0;
                 s.kvd_recent_wal_fsync_p99_us = 0;
+                s.kvd_peers.clear();
                 Ok(resp)
             })
             .await

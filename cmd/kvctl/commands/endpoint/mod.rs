@@ -1,5 +1,10 @@
 //! `endpoint status`, `endpoint health` and `endpoint hashkv`, optionally for every member
-//! (`--cluster`).
+//! (`--cluster`), and kvctl's own `endpoint diagnose`.
+
+mod diagnose;
+mod verdict;
+
+pub use diagnose::diagnose;
 use std::time::Duration;
 
 use kvd::proto::etcdserverpb::{HashKvRequest, MemberListRequest, RangeRequest, StatusRequest};
