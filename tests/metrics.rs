@@ -76,7 +76,7 @@ async fn sequential_puts_cost_one_fsync_per_member_and_health_is_served() {
     assert!(sample(&body_l, "etcd_disk_wal_write_bytes_total") > 0.0);
     assert!(
         body_l.contains(
-            r#"grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="etcdserverpb.KV"}"#
+            r#"grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="etcdserverpb.KV",grpc_type="unary"}"#
         ),
         "{body_l}"
     );

@@ -89,10 +89,7 @@ impl Links {
     /// Records a failed exchange with `target`.
     pub fn failed(&self, target: NodeId, cause: PeerFailure) {
         let now = Instant::now();
-        *crate::metrics::PEER_SENT_FAILURES
-            .lock_or_recover()
-            .entry(target)
-            .or_default() += 1;
+        crate::metrics::PEER_SENT_FAILURES.inc(target);
         let mut m = self.inner.lock_or_recover();
         let l = m.entry(target).or_default();
         l.up_since = None;

@@ -1,0 +1,37 @@
+//! The descriptor figures etcd exports as `os_fd_used` and `os_fd_limit`, read from `/proc`
+//! (0 where it is not mounted).
+
+/// Open file descriptors of this process.
+pub fn fd_used() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+}
+
+/// The soft limit on open file descriptors.
+pub fn fd_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| soft_limit(&s))
+        .unwrap_or(0)
+}
+
+/// The soft limit in `/proc/self/limits`' "Max open files" line.
+fn soft_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_soft_limit_is_read_from_the_limits_table() {
+        let t = "Limit                     Soft Limit           Hard Limit           Units\n\
+                 Max processes             95671                95671                processes\n\
+                 Max open files            1024                 524288               files\n";
+        assert_eq!(super::soft_limit(t), Some(1024));
+        assert_eq!(super::soft_limit("nothing"), None);
+    }
+}
