@@ -202,6 +202,34 @@ static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
     }
 });
 
+/// `etcd_server_client_requests_total{type, client_api_version}`: etcd counts each call by
+/// whether it is unary and by the `client-api-version` its client sends. The versions etcd's
+/// clients send are resolved once; any other value counts as `unknown`.
+static CLIENT_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            "etcd_server_client_requests_total",
+            "The total number of client requests per client version.",
+        ),
+        &["type", "client_api_version"],
+    )
+    .expect("valid options")
+});
+
+const CLIENT_VERSIONS: [&str; 8] = ["3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "unknown"];
+
+/// [unary, stream] x [`CLIENT_VERSIONS`].
+static CLIENT_REQUEST_SERIES: LazyLock<[[IntCounter; 8]; 2]> = LazyLock::new(|| {
+    ["unary", "stream"].map(|t| CLIENT_VERSIONS.map(|v| CLIENT_REQUESTS.with_label_values(&[t, v])))
+});
+
+fn count_client_request(stream: bool, version: Option<&[u8]>) {
+    let i = version
+        .and_then(|v| CLIENT_VERSIONS.iter().position(|k| k.as_bytes() == v))
+        .unwrap_or(CLIENT_VERSIONS.len() - 1);
+    CLIENT_REQUEST_SERIES[stream as usize][i].inc();
+}
+
 /// One method's series, resolved once.
 struct Method {
     kind: GrpcType,
@@ -238,6 +266,8 @@ static TABLE: LazyLock<HashMap<String, Method>> = LazyLock::new(|| {
 /// Registers the families, with every method's series already in them.
 pub(super) fn register(reg: &dyn Fn(Box<dyn prometheus::core::Collector>)) {
     LazyLock::force(&TABLE);
+    LazyLock::force(&CLIENT_REQUEST_SERIES);
+    reg(Box::new(CLIENT_REQUESTS.clone()));
     let f = &*FAMILIES;
     reg(Box::new(f.started.clone()));
     reg(Box::new(f.handled.clone()));
@@ -264,9 +294,12 @@ pub struct Handled {
 }
 
 impl Handled {
-    pub fn start(path: &str) -> Self {
+    /// A call to `path`, with the request's `headers` (for the client's API version).
+    pub fn start(path: &str, headers: &http::HeaderMap) -> Self {
         let method = TABLE.get(path);
         if let Some(m) = method {
+            let version = headers.get("client-api-version").map(|v| v.as_bytes());
+            count_client_request(m.kind != Unary, version);
             m.started.inc();
             // A unary or server-streaming call's one request message: go-grpc-prometheus
             // counts it as received when the handler is called.
@@ -278,13 +311,34 @@ impl Handled {
         Handled { method, started }
     }
 
+    /// Whether the call streams its responses: it is then finished when its response body
+    /// ends ([`Handled::finish_status`]), not at its head.
+    pub fn streams(&self) -> bool {
+        self.method.is_some_and(|m| m.kind != Unary)
+    }
+
     /// Counts the call under the code of its response head (`OK` without `grpc-status`).
     pub fn finish<B>(&self, res: &http::Response<B>) {
-        let code = res
-            .headers()
-            .get("grpc-status")
-            .map_or(0, |v| code_index(v.as_bytes()));
-        self.finish_code(code)
+        self.finish_status(res.headers().get("grpc-status").map(|v| v.as_bytes()))
+    }
+
+    /// Counts the call under a `grpc-status` value (`OK` without one).
+    pub fn finish_status(&self, status: Option<&[u8]>) {
+        self.finish_code(status.map_or(0, code_index))
+    }
+
+    /// A response message of a streaming call, sent.
+    pub fn sent_message(&self) {
+        if let Some(m) = self.method {
+            m.sent.inc();
+        }
+    }
+
+    /// A request message of a bidirectional stream, received.
+    pub fn received_message(&self) {
+        if let Some(m) = self.method {
+            m.received.inc();
+        }
     }
 
     fn finish_code(&self, code: usize) {
@@ -317,9 +371,9 @@ mod tests {
         let p = "/v3lockpb.Lock/Unlock";
         let (ok, unavailable) = (handled(p, "OK"), handled(p, "Unavailable"));
         let started = TABLE[p].started.get();
-        Handled::start(p).finish_code(0);
-        Handled::start(p).finish_code(0);
-        Handled::start(p).finish_code(code_index(b"14"));
+        Handled::start(p, &Default::default()).finish_code(0);
+        Handled::start(p, &Default::default()).finish_code(0);
+        Handled::start(p, &Default::default()).finish_code(code_index(b"14"));
         assert_eq!(handled(p, "OK"), ok + 2);
         assert_eq!(handled(p, "Unavailable"), unavailable + 1);
         assert_eq!(TABLE[p].started.get(), started + 3);
@@ -344,7 +398,7 @@ mod tests {
 
     #[test]
     fn unknown_methods_are_not_counted() {
-        let h = Handled::start("/etcdserverpb.KV/NoSuchMethod");
+        let h = Handled::start("/etcdserverpb.KV/NoSuchMethod", &Default::default());
         assert!(h.method.is_none());
         h.finish_code(0);
     }

@@ -18,6 +18,7 @@
 //!   and built into families by [`family`].
 //! - Every disk-latency histogram uses [`DISK_BUCKETS`], so they line up on dashboards.
 
+mod etcd;
 pub mod family;
 mod grpc;
 mod os;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 use prometheus::{Histogram, HistogramOpts, IntCounter, Registry};
 
+pub use etcd::*;
 pub use grpc::{GrpcType, Handled as GrpcHandled, CODE_NAMES};
 pub use os::{fd_limit, fd_used};
 pub use peer::{PeerCounters, PeerHistograms};
@@ -73,6 +75,16 @@ impl Seconds {
     /// Observations so far.
     pub fn count(&self) -> u64 {
         self.0.get_sample_count()
+    }
+}
+
+/// Starts timing into `h`: the returned function observes the time since this call and
+/// passes its argument through.
+pub fn timed<T>(h: &'static Seconds) -> impl FnOnce(T) -> T {
+    let started = std::time::Instant::now();
+    move |v| {
+        h.observe(started.elapsed());
+        v
     }
 }
 
@@ -236,6 +248,7 @@ pub fn registry() -> &'static Registry {
             reg(Box::new(h.vec().clone()));
         }
         grpc::register(&reg);
+        etcd::register(&reg);
         #[cfg(target_os = "linux")]
         reg(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),

@@ -85,11 +85,20 @@ impl Peer for PeerService {
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
         // A message that does not decode ends the stream; the leader then starts a new one.
         let node = self.node.clone();
+        // Appends come from the leader: its byte counter is resolved once per stream.
+        use crate::metrics::PEER_RECEIVED_BYTES;
+        let mut from: Option<prometheus::IntCounter> = None;
         let input = req
             .into_inner()
             .take_while(|r| futures::future::ready(r.is_ok()))
             .filter_map(move |r| {
                 node.touch_leader();
+                if from.is_none() {
+                    from = node.status().leader.map(|l| PEER_RECEIVED_BYTES.peer(l));
+                }
+                if let (Ok(b), Some(c)) = (&r, &from) {
+                    c.inc_by(b.data.len() as u64);
+                }
                 async move { r.ok().and_then(|b| bincode::deserialize(&b.data).ok()) }
             });
         let out = self

@@ -47,6 +47,7 @@ pub(crate) async fn defragment(node: &RaftNode) -> Result<DefragmentResponse, Ap
             tracing::warn!(error = %e, "defragmenting the storage backend failed");
             ApiError::Internal(format!("defragment: {e}"))
         })?;
+        crate::metrics::DEFRAG_SECONDS.observe(d.took);
         let after = dir_size(&d.to);
         forget_in_use(&d.from);
         tracing::info!(

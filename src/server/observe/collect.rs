@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::metrics::family::{counter, gauge, gauge_with, histogram};
 use crate::metrics::{MetricFamily, DISK_BUCKETS, PROPOSALS_FAILED, PROPOSALS_PENDING};
 use crate::raft::RaftNode;
-use crate::server::version::{COMMIT, LOG_FORMAT, VERSION};
+use crate::server::version::{COMMIT, ETCD_VERSION, LOG_FORMAT, VERSION};
 
 /// What a scrape reads from; cheap to clone into each HTTP handler.
 #[derive(Clone)]
@@ -16,13 +16,16 @@ pub struct Scrape {
     /// Leader changes this member has observed since it started (etcd counts the same way:
     /// per process, including the first leader it learns of).
     pub leader_changes: Arc<AtomicU64>,
+    /// The backend quota (`--quota-backend-bytes`, resolved); `None`: no quota.
+    pub quota_backend_bytes: Option<u64>,
 }
 
 impl Scrape {
-    pub fn new(node: RaftNode) -> Self {
+    pub fn new(node: RaftNode, quota_backend_bytes: Option<u64>) -> Self {
         Scrape {
             node,
             leader_changes: Arc::new(AtomicU64::new(0)),
+            quota_backend_bytes,
         }
     }
 
@@ -49,13 +52,15 @@ impl Scrape {
     }
 }
 
-/// The `/metrics` body.
-pub fn render(s: &Scrape) -> String {
+/// The `/metrics` body; `in_use` is the live records' bytes, when known.
+pub fn render(s: &Scrape, in_use: Option<u64>) -> String {
     let mut f = Vec::new();
     build(&mut f, s);
+    identity(&mut f, s);
     disk(&mut f, s);
     server(&mut f, s);
-    db_size(&mut f, s);
+    db_size(&mut f, s, in_use);
+    os(&mut f);
     // etcd serves the handling-time histogram with `--metrics extensive` only.
     let hide: &[&str] = if crate::metrics::extensive() {
         &[]
@@ -173,12 +178,75 @@ fn server(f: &mut Vec<MetricFamily>, s: &Scrape) {
     ));
 }
 
-/// The size on disk of the current storage engine generation.
-fn db_size(f: &mut Vec<MetricFamily>, s: &Scrape) {
+/// The size on disk of the current storage engine generation, the part of it in use, and
+/// the quota it is held to.
+fn db_size(f: &mut Vec<MetricFamily>, s: &Scrape, in_use: Option<u64>) {
+    // The current engine generation (defragmentation moves it).
+    let total = crate::server::api::maintenance::dir_size(&s.node.db_dir());
     f.push(gauge(
         "etcd_mvcc_db_total_size_in_bytes",
         "Total size of the underlying database physically allocated in bytes.",
-        // The current engine generation (defragmentation moves it).
-        crate::server::api::maintenance::dir_size(&s.node.db_dir()) as f64,
+        total as f64,
+    ));
+    // Before the first scan of the live records, the size on disk: an upper bound, as
+    // Maintenance.Status answers.
+    f.push(gauge(
+        "etcd_mvcc_db_total_size_in_use_in_bytes",
+        "Total size of the underlying database logically in use in bytes.",
+        in_use.unwrap_or(total).min(total) as f64,
+    ));
+    // etcd sets 0 when the quota is off (a negative --quota-backend-bytes).
+    f.push(gauge(
+        "etcd_server_quota_backend_bytes",
+        "Current backend storage quota size in bytes.",
+        s.quota_backend_bytes.unwrap_or(0) as f64,
+    ));
+}
+
+/// Which member and version this is, as etcd's info gauges say it.
+fn identity(f: &mut Vec<MetricFamily>, s: &Scrape) {
+    let id = format!("{:x}", s.node.id);
+    f.push(gauge_with(
+        "etcd_server_id",
+        "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
+        &[("server_id", id.as_str())],
+        1.0,
+    ));
+    f.push(gauge_with(
+        "etcd_server_version",
+        "Which version is running. 1 for 'server_version' label with current version.",
+        &[("server_version", ETCD_VERSION)],
+        1.0,
+    ));
+    // etcd's cluster version is major.minor.
+    let cluster: String = ETCD_VERSION
+        .splitn(3, '.')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(".");
+    f.push(gauge_with(
+        "etcd_cluster_version",
+        "Which version is running. 1 for 'cluster_version' label with current cluster version",
+        &[("cluster_version", cluster.as_str())],
+        1.0,
+    ));
+    f.push(gauge(
+        "etcd_server_is_learner",
+        "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+        s.node.is_learner() as u8 as f64,
+    ));
+}
+
+/// File descriptors, as etcd's `os_fd_*` gauges.
+fn os(f: &mut Vec<MetricFamily>) {
+    f.push(gauge(
+        "os_fd_used",
+        "The number of used file descriptors.",
+        crate::metrics::fd_used() as f64,
+    ));
+    f.push(gauge(
+        "os_fd_limit",
+        "The file descriptor limit.",
+        crate::metrics::fd_limit() as f64,
     ));
 }
