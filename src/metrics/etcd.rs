@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
 use super::{counter, exponential_buckets, PeerCounters, PeerHistograms, Seconds};
 
@@ -158,9 +158,103 @@ pub static HASH_REV_SECONDS: LazyLock<Seconds> = LazyLock::new(|| {
     )
 });
 
+/// Peers with a working link (a run of successful RPCs), and links lost, by local and remote
+/// member id.
+static ACTIVE_PEERS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    IntGaugeVec::new(
+        Opts::new(
+            "etcd_network_active_peers",
+            "The current number of active peer connections.",
+        ),
+        &["Local", "Remote"],
+    )
+    .expect("valid options")
+});
+static DISCONNECTED_PEERS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            "etcd_network_disconnected_peers_total",
+            "The total number of disconnected peers.",
+        ),
+        &["Local", "Remote"],
+    )
+    .expect("valid options")
+});
+
+/// Records that the link from `local` to `remote` came up or went down (rare: a lookup by
+/// label is fine).
+pub fn peer_active(local: u64, remote: u64, up: bool) {
+    let l = [format!("{local:x}"), format!("{remote:x}")];
+    ACTIVE_PEERS.with_label_values(&l).set(up as i64);
+    if !up {
+        DISCONNECTED_PEERS.with_label_values(&l).inc();
+    }
+}
+
+/// Read indexes that timed out or were not in sync with the leader's.
+pub static SLOW_READ_INDEXES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "etcd_server_slow_read_indexes_total",
+        "The total number of pending read indexes not in sync with leader's or timed out read index requests.",
+    )
+});
+
+/// Scrapes of `/metrics`, as Go's promhttp handler counts them (codes pre-initialised).
+static SCRAPES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            "promhttp_metric_handler_requests_total",
+            "Total number of scrapes by HTTP status code.",
+        ),
+        &["code"],
+    )
+    .expect("valid options")
+});
+static SCRAPES_IN_FLIGHT: LazyLock<IntGauge> = LazyLock::new(|| {
+    IntGauge::new(
+        "promhttp_metric_handler_requests_in_flight",
+        "Current number of scrapes being served.",
+    )
+    .expect("valid options")
+});
+
+/// One scrape being served: counted in flight until dropped, then as answered 200.
+pub struct Scrape(());
+
+impl Scrape {
+    pub fn start() -> Scrape {
+        SCRAPES_IN_FLIGHT.inc();
+        Scrape(())
+    }
+}
+
+impl Drop for Scrape {
+    fn drop(&mut self) {
+        SCRAPES_IN_FLIGHT.dec();
+        SCRAPES.with_label_values(&["200"]).inc();
+    }
+}
+
+/// 1 while this member defragments its engine.
+pub static DEFRAG_INFLIGHT: LazyLock<IntGauge> = LazyLock::new(|| {
+    IntGauge::new(
+        "etcd_disk_defrag_inflight",
+        "Whether or not defrag is active on the member. 1 means active, 0 means not.",
+    )
+    .expect("valid options")
+});
+
 /// Every family above, for the registry.
 pub(super) fn register(reg: &dyn Fn(Box<dyn prometheus::core::Collector>)) {
     reg(Box::new(PEER_ROUND_TRIP.vec().clone()));
+    reg(Box::new(ACTIVE_PEERS.clone()));
+    reg(Box::new(DISCONNECTED_PEERS.clone()));
+    reg(Box::new(DEFRAG_INFLIGHT.clone()));
+    for code in ["200", "500", "503"] {
+        SCRAPES.with_label_values(&[code]);
+    }
+    reg(Box::new(SCRAPES.clone()));
+    reg(Box::new(SCRAPES_IN_FLIGHT.clone()));
     for c in [&PEER_SENT_BYTES, &PEER_RECEIVED_BYTES] {
         reg(Box::new(c.vec().clone()));
     }
@@ -174,6 +268,7 @@ pub(super) fn register(reg: &dyn Fn(Box<dyn prometheus::core::Collector>)) {
         &MVCC_DELETE,
         &MVCC_TXN,
         &SLOW_APPLY,
+        &SLOW_READ_INDEXES,
         &HEARTBEAT_SEND_FAILURES,
         &READ_INDEXES_FAILED,
         &LEARNER_PROMOTE_SUCCESSES,

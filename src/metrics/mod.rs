@@ -33,7 +33,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounter, Registry};
 
 pub use etcd::*;
 pub use grpc::{GrpcType, Handled as GrpcHandled, CODE_NAMES};
-pub use os::{fd_limit, fd_used};
+pub use os::{address_space_limit, fd_limit, fd_used};
 pub use peer::{PeerCounters, PeerHistograms};
 pub use prometheus::proto::MetricFamily;
 pub use recent::{RecentLatency, RecentSummary, WINDOW_SECS};

@@ -14,14 +14,27 @@ pub fn fd_limit() -> u64 {
         .unwrap_or(0)
 }
 
+/// The soft limit on the address space, `u64::MAX` when unlimited (Go's client reports
+/// unlimited the same way, as 1.8446744073709552e+19).
+pub fn address_space_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| limit_of(&s, "Max address space"))
+        .unwrap_or(u64::MAX)
+}
+
 /// The soft limit in `/proc/self/limits`' "Max open files" line.
 fn soft_limit(limits: &str) -> Option<u64> {
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line["Max open files".len()..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    limit_of(limits, "Max open files")
+}
+
+/// The soft limit of the line named `name`; `unlimited` is `u64::MAX`.
+fn limit_of(limits: &str, name: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with(name))?;
+    match line[name.len()..].split_whitespace().next()? {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    }
 }
 
 #[cfg(test)]
@@ -33,5 +46,9 @@ mod tests {
                  Max open files            1024                 524288               files\n";
         assert_eq!(super::soft_limit(t), Some(1024));
         assert_eq!(super::soft_limit("nothing"), None);
+        let t = "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(super::limit_of(t, "Max address space"), Some(u64::MAX));
+        let t = "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(super::limit_of(t, "Max address space"), Some(u64::MAX));
     }
 }

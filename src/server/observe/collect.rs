@@ -237,12 +237,18 @@ fn identity(f: &mut Vec<MetricFamily>, s: &Scrape) {
     ));
 }
 
-/// File descriptors, as etcd's `os_fd_*` gauges.
+/// File descriptors, as etcd's `os_fd_*` gauges, and the address-space limit (Go's process
+/// collector has it; the crate's does not).
 fn os(f: &mut Vec<MetricFamily>) {
     f.push(gauge(
         "os_fd_used",
         "The number of used file descriptors.",
         crate::metrics::fd_used() as f64,
+    ));
+    f.push(gauge(
+        "process_virtual_memory_max_bytes",
+        "Maximum amount of virtual memory available in bytes.",
+        crate::metrics::address_space_limit() as f64,
     ));
     f.push(gauge(
         "os_fd_limit",
