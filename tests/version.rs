@@ -134,7 +134,7 @@ async fn version_endpoint_and_build_info_metric_name_the_build() {
     assert_eq!(c.status(0).await.version, ETCD_VERSION);
 
     let sample = format!(
-        "kvd_build_info{{version=\"{VERSION}\",commit=\"{COMMIT}\",log_format=\"{LOG_FORMAT}\"}} 1\n"
+        "kvd_build_info{{commit=\"{COMMIT}\",log_format=\"{LOG_FORMAT}\",version=\"{VERSION}\"}} 1\n"
     );
     for port in [metrics, client] {
         let (code, body) = http_get(port, "/metrics").await;

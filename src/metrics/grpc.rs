@@ -1,22 +1,30 @@
-//! `grpc_server_handled_total{grpc_service,grpc_method,grpc_code}`, counted by the client
-//! port's dispatch ([`Handled`]).
+//! gRPC server metrics as go-grpc-prometheus (which etcd uses) names them:
+//! `grpc_server_started_total`, `grpc_server_handled_total` (with `grpc_code`),
+//! `grpc_server_msg_received_total`, `grpc_server_msg_sent_total` and, with `--metrics
+//! extensive`, `grpc_server_handling_seconds`, each labelled `grpc_type`, `grpc_service`,
+//! `grpc_method`. Counted by the client port's dispatch ([`Handled`]).
 //!
-//! The code is read from the response head: tonic sends a handler's error as a
-//! trailers-only response (`grpc-status` in the headers), and a response without it in the
-//! head is counted as `OK`. For unary RPCs that is exact; a server-streaming RPC (snapshot)
-//! is counted when its stream starts, so a stream that fails midway still counts as `OK`.
+//! Invariants:
+//! - Every method the client port serves has its series from the start, every code
+//!   included, as etcd's `grpc_prometheus.Register` pre-initialises them: a rate over a
+//!   method that has not been called yet is 0, not absent.
+//! - The table of methods is built once and never changes, so counting a call is a hash
+//!   lookup and atomic adds on handles resolved at start: no lock, no label formatting.
+//!   A method outside the table (an unknown name under a served service) is not counted, as
+//!   go-grpc-prometheus does not count calls that reach no registered handler.
+//! - The code is read from the response head: tonic sends a handler's error as a
+//!   trailers-only response (`grpc-status` in the headers), and a response without it in the
+//!   head is counted as `OK`. For unary RPCs that is exact; a streaming RPC is counted when
+//!   its response starts.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{OnceLock, RwLock};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Instant;
 
-use crate::sync::RwLockExt;
-
-/// Handled RPCs by (service, method, code), as `grpc_server_handled_total` exports them.
-pub type Table = BTreeMap<(String, String, &'static str), u64>;
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts};
 
 /// Go's `codes.Code.String()` for codes 0..=16, which is what etcd's label values are.
-const CODE_NAMES: [&str; 17] = [
+pub const CODE_NAMES: [&str; 17] = [
     "OK",
     "Canceled",
     "Unknown",
@@ -37,37 +45,235 @@ const CODE_NAMES: [&str; 17] = [
 ];
 const UNKNOWN: usize = 2;
 
-/// Methods counted at most: a client can call any method name under a served service, and
-/// each would otherwise add a row for good.
-const MAX_METHODS: usize = 256;
-
-type Counts = [AtomicU64; 17];
-
-/// Request path -> counts by code. Counting a call takes the read lock and one atomic add;
-/// the write lock is taken once per method, on its first call. The counts live as long as
-/// the process (at most [`MAX_METHODS`] of them), so they are leaked rather than shared.
-type Methods = RwLock<HashMap<String, &'static Counts>>;
-
-fn table() -> &'static Methods {
-    static T: OnceLock<Methods> = OnceLock::new();
-    T.get_or_init(Default::default)
+/// How a method streams, as go-grpc-prometheus' `grpc_type` label names it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum GrpcType {
+    Unary,
+    ServerStream,
+    BidiStream,
 }
 
-/// The handled-RPC counts so far.
-pub fn snapshot() -> Table {
-    let t = table().read_or_recover();
-    let mut out = Table::new();
-    for (path, counts) in t.iter() {
-        let p = path.trim_start_matches('/');
-        let (svc, method) = p.split_once('/').unwrap_or((p, ""));
-        for (code, n) in CODE_NAMES.iter().zip(counts.iter()) {
-            let n = n.load(Ordering::Relaxed);
-            if n > 0 {
-                out.insert((svc.to_string(), method.to_string(), code), n);
-            }
+impl GrpcType {
+    fn label(self) -> &'static str {
+        match self {
+            GrpcType::Unary => "unary",
+            GrpcType::ServerStream => "server_stream",
+            GrpcType::BidiStream => "bidi_stream",
         }
     }
-    out
+}
+
+use GrpcType::{BidiStream, ServerStream, Unary};
+
+/// Every method the client port serves: etcd's v3 services, and the Lock and Election
+/// services that etcd's client port serves too.
+const METHODS: &[(&str, &[(&str, GrpcType)])] = &[
+    (
+        "etcdserverpb.KV",
+        &[
+            ("Range", Unary),
+            ("Put", Unary),
+            ("DeleteRange", Unary),
+            ("Txn", Unary),
+            ("Compact", Unary),
+        ],
+    ),
+    ("etcdserverpb.Watch", &[("Watch", BidiStream)]),
+    (
+        "etcdserverpb.Lease",
+        &[
+            ("LeaseGrant", Unary),
+            ("LeaseRevoke", Unary),
+            ("LeaseKeepAlive", BidiStream),
+            ("LeaseTimeToLive", Unary),
+            ("LeaseLeases", Unary),
+        ],
+    ),
+    (
+        "etcdserverpb.Cluster",
+        &[
+            ("MemberAdd", Unary),
+            ("MemberRemove", Unary),
+            ("MemberUpdate", Unary),
+            ("MemberList", Unary),
+            ("MemberPromote", Unary),
+        ],
+    ),
+    (
+        "etcdserverpb.Maintenance",
+        &[
+            ("Alarm", Unary),
+            ("Status", Unary),
+            ("Defragment", Unary),
+            ("Hash", Unary),
+            ("HashKV", Unary),
+            ("Snapshot", ServerStream),
+            ("MoveLeader", Unary),
+            ("Downgrade", Unary),
+        ],
+    ),
+    (
+        "etcdserverpb.Auth",
+        &[
+            ("AuthEnable", Unary),
+            ("AuthDisable", Unary),
+            ("AuthStatus", Unary),
+            ("Authenticate", Unary),
+            ("UserAdd", Unary),
+            ("UserGet", Unary),
+            ("UserList", Unary),
+            ("UserDelete", Unary),
+            ("UserChangePassword", Unary),
+            ("UserGrantRole", Unary),
+            ("UserRevokeRole", Unary),
+            ("RoleAdd", Unary),
+            ("RoleGet", Unary),
+            ("RoleList", Unary),
+            ("RoleDelete", Unary),
+            ("RoleGrantPermission", Unary),
+            ("RoleRevokePermission", Unary),
+        ],
+    ),
+    ("v3lockpb.Lock", &[("Lock", Unary), ("Unlock", Unary)]),
+    (
+        "v3electionpb.Election",
+        &[
+            ("Campaign", Unary),
+            ("Proclaim", Unary),
+            ("Leader", Unary),
+            ("Observe", ServerStream),
+            ("Resign", Unary),
+        ],
+    ),
+];
+
+/// go-grpc-prometheus' default handling-time buckets (Prometheus' `DefBuckets`).
+pub const HANDLING_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+const LABELS: [&str; 3] = ["grpc_type", "grpc_service", "grpc_method"];
+
+struct Families {
+    started: IntCounterVec,
+    handled: IntCounterVec,
+    received: IntCounterVec,
+    sent: IntCounterVec,
+    seconds: HistogramVec,
+}
+
+static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
+    let counter = |name: &str, help: &str, labels: &[&str]| {
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid options")
+    };
+    let mut with_code = LABELS.to_vec();
+    with_code.push("grpc_code");
+    Families {
+        started: counter(
+            "grpc_server_started_total",
+            "Total number of RPCs started on the server.",
+            &LABELS,
+        ),
+        handled: counter(
+            "grpc_server_handled_total",
+            "Total number of RPCs completed on the server, regardless of success or failure.",
+            &with_code,
+        ),
+        received: counter(
+            "grpc_server_msg_received_total",
+            "Total number of RPC stream messages received on the server.",
+            &LABELS,
+        ),
+        sent: counter(
+            "grpc_server_msg_sent_total",
+            "Total number of gRPC stream messages sent by the server.",
+            &LABELS,
+        ),
+        seconds: HistogramVec::new(
+            HistogramOpts::new(
+                "grpc_server_handling_seconds",
+                "Histogram of response latency (seconds) of gRPC that had been \
+                 application-level handled by the server.",
+            )
+            .buckets(HANDLING_BUCKETS.to_vec()),
+            &LABELS,
+        )
+        .expect("valid options"),
+    }
+});
+
+/// `etcd_server_client_requests_total{type, client_api_version}`: etcd counts each call by
+/// whether it is unary and by the `client-api-version` its client sends. The versions etcd's
+/// clients send are resolved once; any other value counts as `unknown`.
+static CLIENT_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            "etcd_server_client_requests_total",
+            "The total number of client requests per client version.",
+        ),
+        &["type", "client_api_version"],
+    )
+    .expect("valid options")
+});
+
+const CLIENT_VERSIONS: [&str; 8] = ["3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "unknown"];
+
+/// [unary, stream] x [`CLIENT_VERSIONS`].
+static CLIENT_REQUEST_SERIES: LazyLock<[[IntCounter; 8]; 2]> = LazyLock::new(|| {
+    ["unary", "stream"].map(|t| CLIENT_VERSIONS.map(|v| CLIENT_REQUESTS.with_label_values(&[t, v])))
+});
+
+fn count_client_request(stream: bool, version: Option<&[u8]>) {
+    let i = version
+        .and_then(|v| CLIENT_VERSIONS.iter().position(|k| k.as_bytes() == v))
+        .unwrap_or(CLIENT_VERSIONS.len() - 1);
+    CLIENT_REQUEST_SERIES[stream as usize][i].inc();
+}
+
+/// One method's series, resolved once.
+struct Method {
+    kind: GrpcType,
+    started: IntCounter,
+    handled: [IntCounter; 17],
+    received: IntCounter,
+    sent: IntCounter,
+    seconds: Histogram,
+}
+
+/// Request path (`/service/method`) -> its series.
+static TABLE: LazyLock<HashMap<String, Method>> = LazyLock::new(|| {
+    let f = &*FAMILIES;
+    let mut t = HashMap::new();
+    for (service, methods) in METHODS {
+        for (method, kind) in *methods {
+            let l = [kind.label(), service, method];
+            let handled =
+                CODE_NAMES.map(|code| f.handled.with_label_values(&[l[0], l[1], l[2], code]));
+            let m = Method {
+                kind: *kind,
+                started: f.started.with_label_values(&l),
+                handled,
+                received: f.received.with_label_values(&l),
+                sent: f.sent.with_label_values(&l),
+                seconds: f.seconds.with_label_values(&l),
+            };
+            t.insert(format!("/{service}/{method}"), m);
+        }
+    }
+    t
+});
+
+/// Registers the families, with every method's series already in them.
+pub(super) fn register(reg: &dyn Fn(Box<dyn prometheus::core::Collector>)) {
+    LazyLock::force(&TABLE);
+    LazyLock::force(&CLIENT_REQUEST_SERIES);
+    reg(Box::new(CLIENT_REQUESTS.clone()));
+    let f = &*FAMILIES;
+    reg(Box::new(f.started.clone()));
+    reg(Box::new(f.handled.clone()));
+    reg(Box::new(f.received.clone()));
+    reg(Box::new(f.sent.clone()));
+    reg(Box::new(f.seconds.clone()));
 }
 
 /// The index into [`CODE_NAMES`] of a `grpc-status` value.
@@ -79,48 +285,70 @@ fn code_index(c: &[u8]) -> usize {
         .unwrap_or(UNKNOWN)
 }
 
-#[cfg(test)]
-fn record(path: &str, code: usize) {
-    Handled::start(path).finish_code(code)
-}
-
-/// The counts of `path`, added on its first call (unless [`MAX_METHODS`] are counted).
-fn counts_in(table: &Methods, path: &str) -> Option<&'static Counts> {
-    let counts = table.read_or_recover().get(path).copied();
-    if counts.is_some() {
-        return counts;
-    }
-    let mut t = table.write_or_recover();
-    if t.len() >= MAX_METHODS && !t.contains_key(path) {
-        return None;
-    }
-    Some(
-        *t.entry(path.to_string())
-            .or_insert_with(|| Box::leak(Box::default())),
-    )
-}
-
 /// One call being handled: started with its request path, finished with its response, so
 /// that the request need not be kept (or its URI copied) while the call runs.
-pub struct Handled(Option<&'static Counts>);
+pub struct Handled {
+    method: Option<&'static Method>,
+    /// When the call started; only timed with `--metrics extensive`.
+    started: Option<Instant>,
+}
 
 impl Handled {
-    pub fn start(path: &str) -> Self {
-        Handled(counts_in(table(), path))
+    /// A call to `path`, with the request's `headers` (for the client's API version).
+    pub fn start(path: &str, headers: &http::HeaderMap) -> Self {
+        let method = TABLE.get(path);
+        if let Some(m) = method {
+            let version = headers.get("client-api-version").map(|v| v.as_bytes());
+            count_client_request(m.kind != Unary, version);
+            m.started.inc();
+            // A unary or server-streaming call's one request message: go-grpc-prometheus
+            // counts it as received when the handler is called.
+            if m.kind != BidiStream {
+                m.received.inc();
+            }
+        }
+        let started = (method.is_some() && super::extensive()).then(Instant::now);
+        Handled { method, started }
+    }
+
+    /// Whether the call streams its responses: it is then finished when its response body
+    /// ends ([`Handled::finish_status`]), not at its head.
+    pub fn streams(&self) -> bool {
+        self.method.is_some_and(|m| m.kind != Unary)
     }
 
     /// Counts the call under the code of its response head (`OK` without `grpc-status`).
     pub fn finish<B>(&self, res: &http::Response<B>) {
-        let code = res
-            .headers()
-            .get("grpc-status")
-            .map_or(0, |v| code_index(v.as_bytes()));
-        self.finish_code(code)
+        self.finish_status(res.headers().get("grpc-status").map(|v| v.as_bytes()))
+    }
+
+    /// Counts the call under a `grpc-status` value (`OK` without one).
+    pub fn finish_status(&self, status: Option<&[u8]>) {
+        self.finish_code(status.map_or(0, code_index))
+    }
+
+    /// A response message of a streaming call, sent.
+    pub fn sent_message(&self) {
+        if let Some(m) = self.method {
+            m.sent.inc();
+        }
+    }
+
+    /// A request message of a bidirectional stream, received.
+    pub fn received_message(&self) {
+        if let Some(m) = self.method {
+            m.received.inc();
+        }
     }
 
     fn finish_code(&self, code: usize) {
-        if let Some(c) = self.0 {
-            c[code].fetch_add(1, Ordering::Relaxed);
+        let Some(m) = self.method else { return };
+        m.handled[code].inc();
+        if code == 0 && m.kind == Unary {
+            m.sent.inc();
+        }
+        if let Some(t) = self.started {
+            m.seconds.observe(t.elapsed().as_secs_f64());
         }
     }
 }
@@ -129,16 +357,50 @@ impl Handled {
 mod tests {
     use super::*;
 
+    fn handled(path: &str, code: &str) -> u64 {
+        let (service, method) = path[1..].split_once('/').unwrap();
+        let kind = TABLE[path].kind.label();
+        FAMILIES
+            .handled
+            .with_label_values(&[kind, service, method, code])
+            .get()
+    }
+
     #[test]
-    fn calls_are_counted_by_service_method_and_code() {
-        record("/test.Svc/Counted", 0);
-        record("/test.Svc/Counted", 0);
-        record("/test.Svc/Counted", code_index(b"14"));
-        let t = snapshot();
-        let get = |code| t.get(&("test.Svc".to_string(), "Counted".to_string(), code));
-        assert_eq!(get("OK"), Some(&2));
-        assert_eq!(get("Unavailable"), Some(&1));
-        assert_eq!(get("Internal"), None);
+    fn calls_are_counted_by_type_service_method_and_code() {
+        let p = "/v3lockpb.Lock/Unlock";
+        let (ok, unavailable) = (handled(p, "OK"), handled(p, "Unavailable"));
+        let started = TABLE[p].started.get();
+        Handled::start(p, &Default::default()).finish_code(0);
+        Handled::start(p, &Default::default()).finish_code(0);
+        Handled::start(p, &Default::default()).finish_code(code_index(b"14"));
+        assert_eq!(handled(p, "OK"), ok + 2);
+        assert_eq!(handled(p, "Unavailable"), unavailable + 1);
+        assert_eq!(TABLE[p].started.get(), started + 3);
+    }
+
+    #[test]
+    fn every_method_has_its_series_before_its_first_call() {
+        let r = prometheus::Registry::new();
+        register(&|c| r.register(c).unwrap());
+        let families = r.gather();
+        let handled = families
+            .iter()
+            .find(|f| f.name() == "grpc_server_handled_total")
+            .unwrap();
+        let n: usize = METHODS.iter().map(|(_, m)| m.len()).sum();
+        assert_eq!(handled.get_metric().len(), n * CODE_NAMES.len());
+        assert_eq!(
+            TABLE["/etcdserverpb.Watch/Watch"].kind.label(),
+            "bidi_stream"
+        );
+    }
+
+    #[test]
+    fn unknown_methods_are_not_counted() {
+        let h = Handled::start("/etcdserverpb.KV/NoSuchMethod", &Default::default());
+        assert!(h.method.is_none());
+        h.finish_code(0);
     }
 
     #[test]
@@ -147,19 +409,5 @@ mod tests {
             assert_eq!(CODE_NAMES[code_index(c)], "Unknown", "{c:?}");
         }
         assert_eq!(CODE_NAMES[code_index(b"16")], "Unauthenticated");
-    }
-
-    #[test]
-    fn the_number_of_methods_counted_is_bounded() {
-        let t = Methods::default();
-        for i in 0..MAX_METHODS + 10 {
-            if let Some(c) = counts_in(&t, &format!("/test.Bounded/M{i}")) {
-                c[0].fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        counts_in(&t, "/test.Bounded/M0").unwrap()[0].fetch_add(1, Ordering::Relaxed);
-        let t = t.read_or_recover();
-        assert_eq!(t.len(), MAX_METHODS);
-        assert_eq!(t["/test.Bounded/M0"][0].load(Ordering::Relaxed), 2);
     }
 }

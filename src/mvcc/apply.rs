@@ -358,6 +358,7 @@ impl<'a> Batch<'a> {
     }
 
     fn put(&mut self, ctx: &mut Ctx, req: &PutRequest) -> Result<PutResponse, MvccError> {
+        crate::metrics::MVCC_PUT.inc();
         if req.lease != 0 && self.lease_ttl(req.lease)?.is_none() {
             return Err(MvccError::LeaseNotFound);
         }
@@ -417,6 +418,7 @@ impl<'a> Batch<'a> {
         ctx: &mut Ctx,
         req: &DeleteRangeRequest,
     ) -> Result<DeleteRangeResponse, MvccError> {
+        crate::metrics::MVCC_DELETE.inc();
         let kr = KeyRange::new(&req.key, &req.range_end);
         let mut victims = Vec::new();
         self.scan(&kr, &mut |k, ki| {
@@ -479,6 +481,7 @@ impl<'a> Batch<'a> {
     /// precondition is evaluated against the state before the txn; then the chosen ops
     /// run in order, each seeing the effects of the previous ones.
     fn txn(&mut self, req: &TxnRequest) -> Result<TxnResponse, MvccError> {
+        crate::metrics::MVCC_TXN.inc();
         let mut path = Vec::new();
         self.compare_path(req, &mut path)?;
         self.check_ops(req, &path, &mut 0, true)?;
@@ -604,6 +607,7 @@ impl<'a> Batch<'a> {
     }
 
     fn txn_range(&self, ctx: &Ctx, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        crate::metrics::MVCC_RANGE.inc();
         let rev = ctx.view_rev();
         let mut resp = range_at(self, req, rev, self.compacted)?;
         resp.header = header(rev);

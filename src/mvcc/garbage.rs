@@ -209,7 +209,7 @@ impl Garbage {
             lock(&self.queue).revs.extend(chunk);
             return Err(e);
         }
-        crate::metrics::COMPACTION_KEYS.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        crate::metrics::COMPACTION_KEYS.inc_by(chunk.len() as u64);
         let took = started.elapsed();
         let mut q = lock(&self.queue);
         if let Some((_, n)) = &mut q.since {

@@ -390,6 +390,7 @@ impl MvccStore {
     /// Callers must report that one, not a fresh [`Self::current_revision`]: an apply between
     /// the read and a second look would pair the data with a newer revision than it shows.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        crate::metrics::MVCC_RANGE.inc();
         let cur = self.current_revision();
         let compacted = self.compacted_revision();
         let mut resp = range_at(&self.applied(), req, cur, compacted)?;

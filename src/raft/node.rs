@@ -420,7 +420,9 @@ impl RaftNode {
             ),
         )
         .await
-        .map_err(|_| ProposeError::Timeout)??;
+        .inspect_err(|_| crate::metrics::SLOW_READ_INDEXES.inc())
+        .map_err(|_| ProposeError::Timeout)?
+        .inspect_err(|_| crate::metrics::READ_INDEXES_FAILED.inc())?;
         let left = deadline.saturating_duration_since(Instant::now());
         tokio::time::timeout(left, self.sm.wait_applied(index))
             .await

@@ -109,12 +109,21 @@ impl Peer for PeerService {
         let open = self.node.stream_opened();
         // Ends when this member starts to stop, so openraft finishes the stream before its
         // core goes away.
+        // Appends come from the leader: its byte counter is resolved once per stream.
+        use crate::metrics::PEER_RECEIVED_BYTES;
+        let mut from: Option<prometheus::IntCounter> = None;
         let input = req
             .into_inner()
             .take_until(self.node.when_stopping())
             .take_while(|r| futures::future::ready(r.is_ok()))
             .filter_map(move |r| {
                 node.touch_leader();
+                if from.is_none() {
+                    from = node.status().leader.map(|l| PEER_RECEIVED_BYTES.peer(l));
+                }
+                if let (Ok(b), Some(c)) = (&r, &from) {
+                    c.inc_by(b.data.len() as u64);
+                }
                 async move { r.ok().and_then(|b| bincode::deserialize(&b.data).ok()) }
             });
         let out = self.node.raft.stream_append(Box::pin(input)).map(move |r| {

@@ -33,7 +33,7 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
         let peers = peers_of(&node);
         let probes = peers.into_iter().map(|(id, m)| {
             let node = node.clone();
-            async move { (id, probe(&node, &m, cluster_id).await) }
+            async move { (id, probe(&node, id, &m, cluster_id).await) }
         });
         let mut unversioned = Vec::new();
         for (id, r) in futures::future::join_all(probes).await {
@@ -85,6 +85,7 @@ fn peers_of(node: &RaftNode) -> Vec<(NodeId, Member)> {
 /// One probe: `Ok((removed, log format))` when the peer answered.
 async fn probe(
     node: &RaftNode,
+    peer_id: NodeId,
     peer: &Member,
     cluster_id: u64,
 ) -> Result<(bool, u32), PeerFailure> {
@@ -96,8 +97,11 @@ async fn probe(
         cluster_id,
         member_id: node.id,
     });
+    let sent = std::time::Instant::now();
     match tokio::time::timeout(PROBE_TIMEOUT, call).await {
         Ok(Ok(r)) => {
+            // etcd's prober feeds the same histogram with its own round trips.
+            crate::metrics::PEER_ROUND_TRIP.observe(peer_id, sent.elapsed());
             let r = r.into_inner();
             Ok((r.removed, r.log_format))
         }

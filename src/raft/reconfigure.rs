@@ -222,8 +222,13 @@ impl RaftNode {
 
     /// Makes learner `id` a voter; answers the configuration once committed.
     pub async fn promote_learner(&self, id: NodeId) -> Result<Option<Membership>, ReconfigError> {
-        self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
-            .await
+        let r = self
+            .change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
+            .await;
+        if r.is_ok() {
+            crate::metrics::LEARNER_PROMOTE_SUCCESSES.inc();
+        }
+        r
     }
 
     async fn change(

@@ -73,7 +73,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<(), 
     // Bind before the storage opens, so a port clash is a clear error before any state
     // changes.
     let listeners = start::Listeners::bind(&cfg).await?;
-    let links = Links::default();
+    let links = Links::for_member(member.ident.member_id);
     let node = start::start_raft(&cfg, &member, &links).await?;
     let serving = serve::serve(&cfg, &member, &node, links, listeners);
     let initial_member = member.ident.initial_members.contains_key(&node.id);

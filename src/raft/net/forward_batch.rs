@@ -205,9 +205,8 @@ async fn call(
     unary_only: bool,
 ) -> Option<bool> {
     use crate::metrics::{FORWARDED_WRITES, FORWARD_CALLS};
-    use std::sync::atomic::Ordering::Relaxed;
-    FORWARDED_WRITES.fetch_add(batch.len() as u64, Relaxed);
-    FORWARD_CALLS.fetch_add(if unary_only { batch.len() } else { 1 } as u64, Relaxed);
+    FORWARDED_WRITES.inc_by(batch.len() as u64);
+    FORWARD_CALLS.inc_by(if unary_only { batch.len() } else { 1 } as u64);
     if batch.len() == 1 || unary_only {
         unary_each(&client, batch).await;
         return None;

@@ -56,6 +56,8 @@ struct Outage {
 pub struct Links {
     inner: Arc<Mutex<HashMap<NodeId, Link>>>,
     up: Arc<Notify>,
+    /// This member's id: the `Local` label of the active-peer metrics.
+    local: NodeId,
 }
 
 fn due(last: Option<Instant>, now: Instant) -> bool {
@@ -63,6 +65,14 @@ fn due(last: Option<Instant>, now: Instant) -> bool {
 }
 
 impl Links {
+    /// The links of member `local`.
+    pub fn for_member(local: NodeId) -> Links {
+        Links {
+            local,
+            ..Links::default()
+        }
+    }
+
     /// Records a successful exchange with `target`.
     pub fn ok(&self, target: NodeId) {
         let now = Instant::now();
@@ -70,6 +80,7 @@ impl Links {
         let l = m.entry(target).or_default();
         if l.up_since.is_none() {
             l.up_since = Some(now);
+            crate::metrics::peer_active(self.local, target, true);
         }
         l.last_ok = Some(now);
         if let Some(o) = l.down.take() {
@@ -89,13 +100,12 @@ impl Links {
     /// Records a failed exchange with `target`.
     pub fn failed(&self, target: NodeId, cause: PeerFailure) {
         let now = Instant::now();
-        *crate::metrics::PEER_SENT_FAILURES
-            .lock_or_recover()
-            .entry(target)
-            .or_default() += 1;
+        crate::metrics::PEER_SENT_FAILURES.inc(target);
         let mut m = self.inner.lock_or_recover();
         let l = m.entry(target).or_default();
-        l.up_since = None;
+        if l.up_since.take().is_some() {
+            crate::metrics::peer_active(self.local, target, false);
+        }
         let peer = format!("{target:x}");
         match &mut l.down {
             None => {

@@ -157,6 +157,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             links: self.links.clone(),
             retry: Retry::default(),
             commit_waits: self.commit_waits.clone(),
+            sent_bytes: crate::metrics::PEER_SENT_BYTES.peer(target),
         }
     }
 }
@@ -190,6 +191,8 @@ pub struct PeerConnection {
     links: Links,
     retry: Retry,
     commit_waits: CommitWaits,
+    /// This peer's `etcd_network_peer_sent_bytes_total`, resolved once.
+    sent_bytes: prometheus::IntCounter,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +213,11 @@ fn status_err(s: tonic::Status) -> RPCError<TypeConfig> {
     } else {
         RPCError::Network(NetworkError::new(&msg))
     }
+}
+
+/// An append (what carries the leader's heartbeats) that did not reach its follower.
+fn heartbeat_failed() {
+    crate::metrics::HEARTBEAT_SEND_FAILURES.inc()
 }
 
 fn blob<T: serde::Serialize>(v: &T) -> RaftBlob {
@@ -276,10 +284,9 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let b = blob(&rpc);
-        unblob(
-            self.unary(&option, |mut c| async move { c.append(b).await })
-                .await?,
-        )
+        self.sent_bytes.inc_by(b.data.len() as u64);
+        let r = self.unary(&option, |mut c| async move { c.append(b).await });
+        unblob(r.await.inspect_err(|_| heartbeat_failed())?)
     }
 
     fn stream_append<'s, S>(
@@ -306,7 +313,14 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                 }
             };
             let input = CommitHold::new(input, COMMIT_HOLD, &self.commit_waits);
-            let resp = client.stream_append(input.map(|r| blob(&r))).await;
+            let sent = self.sent_bytes.clone();
+            let resp = client
+                .stream_append(input.map(move |r| {
+                    let b = blob(&r);
+                    sent.inc_by(b.data.len() as u64);
+                    b
+                }))
+                .await;
             self.links.record(self.target, &resp);
             let resp = match resp {
                 Ok(r) => {
@@ -314,6 +328,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
                     r
                 }
                 Err(s) => {
+                    heartbeat_failed();
                     self.pace().await;
                     return Err(status_err(s));
                 }
@@ -385,6 +400,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         if sent_whole {
             crate::metrics::count_peer(&crate::metrics::SNAPSHOT_SEND_SUCCESS, self.target);
             crate::metrics::SNAPSHOT_SEND_SECONDS.observe(self.target, started.elapsed());
+            crate::metrics::BACKEND_SNAPSHOT_SECONDS.observe(started.elapsed());
         } else {
             crate::metrics::count_peer(&crate::metrics::SNAPSHOT_SEND_FAILURES, self.target);
         }

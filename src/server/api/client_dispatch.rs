@@ -126,13 +126,13 @@ impl tower::Service<http::Request<Body>> for ClientDispatch {
         let Some(s) = Service::of(req.uri().path()) else {
             return Either::Right(self.rest.call(req));
         };
-        let handled = GrpcHandled::start(req.uri().path());
+        let handled = GrpcHandled::start(req.uri().path(), req.headers());
         let check = SizeCheck::new(self.services.max_msg);
         let inner = self.call_service(s, req.map(|b| check.watch(b)));
         Either::Left(GrpcCall {
             inner,
             check,
-            handled,
+            handled: Some(handled),
         })
     }
 }
@@ -142,7 +142,8 @@ impl tower::Service<http::Request<Body>> for ClientDispatch {
 pub struct GrpcCall {
     inner: ServiceFuture,
     check: SizeCheck,
-    handled: GrpcHandled,
+    /// Taken when the response head is known.
+    handled: Option<GrpcHandled>,
 }
 
 impl Future for GrpcCall {
@@ -151,13 +152,150 @@ impl Future for GrpcCall {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Ok(mut res) = std::task::ready!(Pin::new(&mut self.inner).poll(cx));
         self.check.rewrite(res.headers_mut());
-        self.handled.finish(&res);
-        Poll::Ready(Ok(res))
+        let mut handled = self.handled.take();
+        // A stream that answered with a trailers-only error is finished at its head too.
+        let streams = res.headers().get("grpc-status").is_none()
+            && handled.as_ref().is_some_and(|h| h.streams());
+        if !streams {
+            if let Some(h) = handled.take() {
+                h.finish(&res);
+            }
+        }
+        Poll::Ready(Ok(res.map(|b| {
+            Body::new(Counted {
+                inner: b,
+                handled,
+                messages: Messages::default(),
+            })
+        })))
+    }
+}
+
+/// A response body that counts its bytes (`etcd_network_client_grpc_sent_bytes_total`) and,
+/// for a streaming call, its messages, and finishes the call when the body ends: with the
+/// trailers' `grpc-status`, or as `Canceled` when the body is dropped before its end (the
+/// client went away).
+struct Counted {
+    inner: Body,
+    handled: Option<GrpcHandled>,
+    messages: Messages,
+}
+
+impl http_body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            Some(Ok(f)) => {
+                if let Some(data) = f.data_ref() {
+                    crate::metrics::CLIENT_GRPC_SENT_BYTES.inc_by(data.len() as u64);
+                    if let Some(h) = &this.handled {
+                        for _ in 0..this.messages.observe(data) {
+                            h.sent_message();
+                        }
+                    }
+                } else if let Some(t) = f.trailers_ref() {
+                    if let Some(h) = this.handled.take() {
+                        h.finish_status(t.get("grpc-status").map(|v| v.as_bytes()));
+                    }
+                }
+            }
+            Some(Err(_)) => {
+                if let Some(h) = this.handled.take() {
+                    h.finish_status(Some(b"2"));
+                }
+            }
+            None => {
+                if let Some(h) = this.handled.take() {
+                    h.finish_status(None);
+                }
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(h) = self.handled.take() {
+            h.finish_status(Some(b"1"));
+        }
+    }
+}
+
+/// Counts the gRPC messages in a body's data: each is a 5-byte prefix (compressed flag,
+/// big-endian length) and its bytes, split across data frames anywhere.
+#[derive(Default)]
+struct Messages {
+    /// Prefix bytes seen of the next message.
+    prefix: [u8; 5],
+    have: usize,
+    /// Bytes of the current message still to come.
+    rest: usize,
+}
+
+impl Messages {
+    /// How many messages start in `data`.
+    fn observe(&mut self, mut data: &[u8]) -> usize {
+        let mut started = 0;
+        while !data.is_empty() {
+            if self.rest > 0 {
+                let n = self.rest.min(data.len());
+                self.rest -= n;
+                data = &data[n..];
+                continue;
+            }
+            let n = (5 - self.have).min(data.len());
+            self.prefix[self.have..self.have + n].copy_from_slice(&data[..n]);
+            self.have += n;
+            data = &data[n..];
+            if self.have == 5 {
+                started += 1;
+                self.have = 0;
+                self.rest = u32::from_be_bytes([
+                    self.prefix[1],
+                    self.prefix[2],
+                    self.prefix[3],
+                    self.prefix[4],
+                ]) as usize;
+            }
+        }
+        started
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_counted_across_frames() {
+        let mut m = Messages::default();
+        // Two messages of 3 and 0 bytes in one frame, then one of 2 split inside its prefix.
+        assert_eq!(m.observe(&[0, 0, 0, 0, 3, 1, 2, 3, 0, 0, 0, 0, 0]), 2);
+        assert_eq!(m.observe(&[0, 0, 0]), 0);
+        assert_eq!(m.observe(&[0, 2, 9]), 1);
+        assert_eq!(m.observe(&[9, 0, 0, 0, 0, 1]), 1);
+        assert_eq!(m.observe(&[7]), 0);
+    }
+}
+
+#[cfg(test)]
+mod dispatch_tests {
     use super::*;
 
     #[test]

@@ -108,7 +108,8 @@ impl Maintenance for MaintenanceService {
     async fn hash(&self, r: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
         self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let store = self.ctx.node.store().clone();
-        let (hash, rev) = tokio::task::spawn_blocking(move || store.hash_all())
+        let timed = crate::metrics::timed(&crate::metrics::HASH_SECONDS);
+        let (hash, rev) = tokio::task::spawn_blocking(move || timed(store.hash_all()))
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?
             .map_err(ApiError::from)?;
@@ -124,7 +125,8 @@ impl Maintenance for MaintenanceService {
         self.ctx.check_admin(r.metadata(), r.extensions()).await?;
         let rev = r.into_inner().revision;
         let store = self.ctx.node.store().clone();
-        let h = tokio::task::spawn_blocking(move || store.hash_kv(rev))
+        let timed = crate::metrics::timed(&crate::metrics::HASH_REV_SECONDS);
+        let h = tokio::task::spawn_blocking(move || timed(store.hash_kv(rev)))
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?
             .map_err(ApiError::from)?;

@@ -98,6 +98,7 @@ where
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
         if let Some(data) = frame.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()) {
+            crate::metrics::CLIENT_GRPC_RECEIVED_BYTES.inc_by(data.len() as u64);
             self.frames.observe(data);
         }
         Poll::Ready(frame)

@@ -124,12 +124,6 @@ static IGNORED: &[Ignored] = &[
         Some("false"),
         "kvd always syncs its WAL before acknowledging a write; this flag cannot turn that off",
     ),
-    flag(
-        "metrics",
-        Value,
-        Some("basic"),
-        "kvd exports one fixed set of metrics",
-    ),
     flag("grpc-keepalive-min-time", Value, None, OWN_KEEPALIVE),
     flag("grpc-keepalive-interval", Value, None, OWN_KEEPALIVE),
     flag("grpc-keepalive-timeout", Value, None, OWN_KEEPALIVE),

@@ -100,6 +100,11 @@ pub struct Flags {
     /// Maximum number of operations permitted in a transaction.
     #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
     pub max_txn_ops: usize,
+    /// Set level of detail for exported metrics: basic or extensive (adds the gRPC
+    /// handling-time histogram, grpc_server_handling_seconds).
+    #[arg(long, env = "ETCD_METRICS", default_value = "basic",
+          value_parser = ["basic", "extensive"])]
+    pub metrics: String,
     /// List of URLs to serve /metrics and /health on (plain HTTP); empty: off.
     #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
     pub listen_metrics_urls: String,
@@ -256,6 +261,8 @@ pub struct Config {
     pub listen_peer: Vec<SocketAddr>,
     /// Where to serve `/metrics` and `/health`; empty when metrics are off.
     pub listen_metrics: Vec<SocketAddr>,
+    /// `--metrics extensive`: record and serve `grpc_server_handling_seconds`.
+    pub metrics_extensive: bool,
     pub advertise_peer_urls: Vec<String>,
     /// name -> peer URLs.
     pub initial_cluster: BTreeMap<String, Vec<String>>,
@@ -637,6 +644,7 @@ impl Flags {
             advertise_client_urls: urls.advertise_client,
             listen_peer: urls.listen_peer_addrs,
             listen_metrics: urls.listen_metrics_addrs,
+            metrics_extensive: self.metrics == "extensive",
             advertise_peer_urls: urls.advertise_peer,
             initial_cluster,
             initial_cluster_state,

@@ -43,10 +43,14 @@ pub(crate) async fn defragment(node: &RaftNode) -> Result<DefragmentResponse, Ap
             current_db_size_bytes = before,
             "starting to defragment the storage backend..."
         );
-        let d = node.defragment().await.map_err(|e| {
+        crate::metrics::DEFRAG_INFLIGHT.set(1);
+        let d = node.defragment().await;
+        crate::metrics::DEFRAG_INFLIGHT.set(0);
+        let d = d.map_err(|e| {
             tracing::warn!(error = %e, "defragmenting the storage backend failed");
             ApiError::Internal(format!("defragment: {e}"))
         })?;
+        crate::metrics::DEFRAG_SECONDS.observe(d.took);
         let after = dir_size(&d.to);
         forget_in_use(&d.from);
         tracing::info!(

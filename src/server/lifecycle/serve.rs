@@ -114,7 +114,8 @@ pub fn serve(
     // checks the request itself against max-request-bytes.
     let max_msg = cfg.max_request_bytes + 512 * 1024;
     let services = client_services(cfg, member, &ctx, max_msg);
-    let scrape = observe::Scrape::new(node.clone());
+    crate::metrics::set_extensive(cfg.metrics_extensive);
+    let scrape = observe::Scrape::new(node.clone(), cfg.quota_backend_bytes);
     let mut aux = vec![tokio::spawn(scrape.clone().watch_leader())];
     servers.extend(client_servers(
         cfg,

@@ -35,8 +35,11 @@ pub async fn serve(
 }
 
 async fn metrics(State(s): State<Scrape>) -> impl IntoResponse {
+    let _scrape = crate::metrics::Scrape::start();
+    // The live records' bytes: a scan at most every 30 s, shared with Maintenance.Status.
+    let in_use = crate::server::duties::defrag::size_in_use(&s.node).await;
     // Sizing the db dir walks the file system: keep it off the async workers.
-    let body = tokio::task::spawn_blocking(move || render(&s))
+    let body = tokio::task::spawn_blocking(move || render(&s, in_use))
         .await
         .unwrap_or_default();
     (

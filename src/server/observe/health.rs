@@ -171,7 +171,12 @@ async fn health(State(node): State<RaftNode>, req: Request) -> Response {
     let q = query(&req);
     let excluded = query_set(&q, "exclude");
     let serializable = q.iter().any(|(k, v)| k == "serializable" && v == "true");
-    match health_check(&node, &excluded, serializable).await {
+    let checked = health_check(&node, &excluded, serializable).await;
+    match &checked {
+        Ok(()) => crate::metrics::HEALTH_SUCCESS.inc(),
+        Err(_) => crate::metrics::HEALTH_FAILURES.inc(),
+    }
+    match checked {
         Ok(()) => (
             StatusCode::OK,
             [(
