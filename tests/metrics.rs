@@ -150,30 +150,13 @@ async fn concurrent_writes_through_a_follower_are_batched_and_answered_each_thei
 /// the handling-time histogram is not served, as etcd does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcds_families_are_served_and_move_with_the_work() {
-    use kvd::proto::etcdserverpb::watch_client::WatchClient;
-    use kvd::proto::etcdserverpb::{watch_request::RequestUnion, WatchCreateRequest, WatchRequest};
     let (c, ports, leader, follower) = cluster_with_metrics().await;
     let mut kv = c.kv(leader).await;
     for i in 0..20 {
         put(&mut kv, &format!("k{i}"), "value").await.unwrap();
     }
     // A watch stream, open while the metrics are read.
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tx.send(WatchRequest {
-        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-            key: b"k".to_vec(),
-            ..Default::default()
-        })),
-    })
-    .await
-    .unwrap();
-    let ch = common::channel(&c.members[leader].client_url()).await;
-    let mut watch = WatchClient::new(ch)
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    watch.message().await.unwrap().unwrap();
+    let watch = common::open_watch(&c, leader).await;
     assert_eq!(http_get(ports[leader], "/health").await.0, 200);
     // The prober measures a round trip per peer every second.
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -206,6 +189,14 @@ async fn etcds_families_are_served_and_move_with_the_work() {
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum();
     assert_eq!(started - handled, 1.0, "one watch stream open");
+    assert!(
+        sample(&body, &format!("grpc_server_msg_received_total{{{w}}}")) >= 1.0,
+        "a bidirectional stream's request messages are counted"
+    );
+    assert!(sample(&body, &format!("grpc_server_msg_sent_total{{{w}}}")) >= 1.0);
+    // Every range read has ended.
+    assert_eq!(sample(&body, "etcd_mvcc_db_open_read_transactions"), 0.0);
+    assert_eq!(sample(&body, "etcd_server_slow_apply_total"), 0.0);
     assert!(!body.contains("grpc_server_handling_seconds"));
     assert!(
         sample(
@@ -276,5 +267,5 @@ async fn etcds_families_are_served_and_move_with_the_work() {
     );
     assert_eq!(sample(&body, "etcd_disk_defrag_inflight"), 0.0);
     assert!(rtt.iter().all(|n| *n >= 1.0), "{rtt:?}");
-    drop(tx);
+    drop(watch);
 }

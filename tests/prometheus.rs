@@ -244,7 +244,7 @@ async fn etcds_mixin_queries_light_up_against_kvd() {
 
     // Work for every panel: writes through the leader and a follower, a watch stream, and
     // one refused request (a range at a future revision).
-    let mut watch_tx = Some(open_watch(&c, leader).await);
+    let mut watch_tx = Some(common::open_watch(&c, leader).await);
     let load_until = Instant::now() + Duration::from_secs(8);
     let mut kv_l = c.kv(leader).await;
     let mut kv_f = c.kv(follower).await;
@@ -350,33 +350,4 @@ async fn etcds_mixin_queries_light_up_against_kvd() {
         down[0].0["instance"],
         format!("127.0.0.1:{}", ports[victim]).as_str()
     );
-}
-
-/// Opens a watch on member `i` and waits for its creation; the stream stays open until the
-/// returned sender is dropped.
-async fn open_watch(
-    c: &Cluster,
-    i: usize,
-) -> tokio::sync::mpsc::Sender<kvd::proto::etcdserverpb::WatchRequest> {
-    use kvd::proto::etcdserverpb::watch_client::WatchClient;
-    use kvd::proto::etcdserverpb::{watch_request::RequestUnion, WatchCreateRequest, WatchRequest};
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tx.send(WatchRequest {
-        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-            key: b"k".to_vec(),
-            ..Default::default()
-        })),
-    })
-    .await
-    .unwrap();
-    let ch = common::channel(&c.members[i].client_url()).await;
-    let mut w = WatchClient::new(ch)
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    w.message().await.unwrap().unwrap();
-    // The response stream is kept reading in the background so the member never blocks on it.
-    tokio::spawn(async move { while let Ok(Some(_)) = w.message().await {} });
-    tx
 }

@@ -158,6 +158,61 @@ pub static HASH_REV_SECONDS: LazyLock<Seconds> = LazyLock::new(|| {
     )
 });
 
+/// fdatasyncs of a snapshot file this member built (etcd's `.snap` file save):
+/// `ExponentialBuckets(.001, 2, 14)`.
+pub static SNAP_FSYNC_SECONDS: LazyLock<Seconds> = LazyLock::new(|| {
+    Seconds::new(
+        "etcd_snap_fsync_duration_seconds",
+        "The latency distributions of fsync called by snap.",
+        &super::DISK_BUCKETS,
+    )
+});
+
+/// The final fdatasync of a snapshot received from the leader (etcd's `.snap.db` file).
+pub static SNAP_DB_FSYNC_SECONDS: LazyLock<Seconds> = LazyLock::new(|| {
+    Seconds::new(
+        "etcd_snap_db_fsync_duration_seconds",
+        "The latency distributions of fsyncing .snap.db file",
+        &super::DISK_BUCKETS,
+    )
+});
+
+/// Saving a snapshot received from the leader, from its first chunk until it is on disk and
+/// checked: `ExponentialBuckets(.1, 2, 10)`.
+pub static SNAP_DB_SAVE_SECONDS: LazyLock<Seconds> = LazyLock::new(|| {
+    Seconds::new(
+        "etcd_snap_db_save_total_duration_seconds",
+        "The total latency distributions of v3 snapshot save",
+        &super::SNAPSHOT_BUCKETS,
+    )
+});
+
+/// Range reads being served (etcd counts its open bbolt read transactions; a kvd range read
+/// is the same unit of work: one consistent view, held until the response is built).
+pub static OPEN_READ_TXNS: LazyLock<IntGauge> = LazyLock::new(|| {
+    IntGauge::new(
+        "etcd_mvcc_db_open_read_transactions",
+        "The number of currently open read transactions",
+    )
+    .expect("valid options")
+});
+
+/// Counts a read as open in [`OPEN_READ_TXNS`] while it lives.
+pub struct OpenRead(());
+
+impl OpenRead {
+    pub fn start() -> OpenRead {
+        OPEN_READ_TXNS.inc();
+        OpenRead(())
+    }
+}
+
+impl Drop for OpenRead {
+    fn drop(&mut self) {
+        OPEN_READ_TXNS.dec();
+    }
+}
+
 /// Peers with a working link (a run of successful RPCs), and links lost, by local and remote
 /// member id.
 static ACTIVE_PEERS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
@@ -250,6 +305,7 @@ pub(super) fn register(reg: &dyn Fn(Box<dyn prometheus::core::Collector>)) {
     reg(Box::new(ACTIVE_PEERS.clone()));
     reg(Box::new(DISCONNECTED_PEERS.clone()));
     reg(Box::new(DEFRAG_INFLIGHT.clone()));
+    reg(Box::new(OPEN_READ_TXNS.clone()));
     for code in ["200", "500", "503"] {
         SCRAPES.with_label_values(&[code]);
     }
@@ -280,6 +336,9 @@ pub(super) fn register(reg: &dyn Fn(Box<dyn prometheus::core::Collector>)) {
         &BACKEND_SNAPSHOT_SECONDS,
         &HASH_SECONDS,
         &HASH_REV_SECONDS,
+        &SNAP_FSYNC_SECONDS,
+        &SNAP_DB_FSYNC_SECONDS,
+        &SNAP_DB_SAVE_SECONDS,
     ] {
         reg(Box::new(h.0.clone()));
     }

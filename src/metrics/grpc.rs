@@ -334,11 +334,12 @@ impl Handled {
         }
     }
 
-    /// A request message of a bidirectional stream, received.
-    pub fn received_message(&self) {
-        if let Some(m) = self.method {
-            m.received.inc();
-        }
+    /// For a bidirectional stream, the counter of its received messages, to be increased by
+    /// whoever reads the request body (the other kinds' one message is counted at start).
+    pub fn stream_received(&self) -> Option<IntCounter> {
+        self.method
+            .filter(|m| m.kind == BidiStream)
+            .map(|m| m.received.clone())
     }
 
     fn finish_code(&self, code: usize) {

@@ -391,6 +391,7 @@ impl MvccStore {
     /// the read and a second look would pair the data with a newer revision than it shows.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
         crate::metrics::MVCC_RANGE.inc();
+        let _open = crate::metrics::OpenRead::start();
         let cur = self.current_revision();
         let compacted = self.compacted_revision();
         let mut resp = range_at(&self.applied(), req, cur, compacted)?;

@@ -653,3 +653,32 @@ pub async fn http_get(port: u16, path: &str) -> (u16, String) {
     let (code, _, body) = http_request("GET", "127.0.0.1", port, path).await;
     (code, body)
 }
+
+/// Opens a watch on member `i` and waits for its creation; the stream stays open until the
+/// returned sender is dropped.
+pub async fn open_watch(
+    c: &Cluster,
+    i: usize,
+) -> tokio::sync::mpsc::Sender<kvd::proto::etcdserverpb::WatchRequest> {
+    use kvd::proto::etcdserverpb::watch_client::WatchClient;
+    use kvd::proto::etcdserverpb::{watch_request::RequestUnion, WatchCreateRequest, WatchRequest};
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let ch = channel(&c.members[i].client_url()).await;
+    let mut w = WatchClient::new(ch)
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    w.message().await.unwrap().unwrap();
+    // The response stream is kept reading in the background so the member never blocks on it.
+    tokio::spawn(async move { while let Ok(Some(_)) = w.message().await {} });
+    tx
+}

@@ -127,6 +127,7 @@ pub async fn receive(
     first: Vec<u8>,
     mut rest: impl Stream<Item = Result<SnapshotChunk, Status>> + Unpin,
 ) -> Result<SnapshotFile, Status> {
+    let saved = crate::metrics::timed(&crate::metrics::SNAP_DB_SAVE_SECONDS);
     let mut next = Some(first);
     loop {
         if let Some(data) = next.take().filter(|d| !d.is_empty()) {
@@ -146,7 +147,7 @@ pub async fn receive(
     tokio::task::spawn_blocking(move || {
         let file = incoming.finish().map_err(internal)?;
         match file.check(&meta) {
-            Ok(checked) => Ok(checked),
+            Ok(checked) => Ok(saved(checked)),
             Err(e) => {
                 tracing::warn!("refused a received snapshot: {e}");
                 Err(Status::aborted(format!("received snapshot refused: {e}")))

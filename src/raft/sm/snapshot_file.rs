@@ -28,6 +28,7 @@ use std::sync::Arc;
 #[cfg(test)]
 use crate::sync::LockExt;
 
+use crate::metrics::{timed, SNAP_DB_FSYNC_SECONDS, SNAP_FSYNC_SECONDS};
 use crate::raft::error::StoreError;
 pub use crate::raft::sm::snapshot_format::Entry;
 use crate::raft::sm::snapshot_format::{self, Reader, Writer};
@@ -157,7 +158,8 @@ where
         w.push(&tree, &k, &v)?;
     }
     let mut paced = w.finish()?.into_inner().map_err(|e| e.into_error())?;
-    paced.file.sync_all()?;
+    let synced = timed(&SNAP_FSYNC_SECONDS);
+    synced(paced.file.sync_all())?;
     let bytes = paced.file.size();
     Ok(Built {
         temp,
@@ -279,7 +281,8 @@ impl Incoming {
 
     /// Syncs the file and hands it over, still a temporary, for [`adopt`].
     pub fn finish(mut self) -> Result<SnapshotFile, StoreError> {
-        self.out.file.sync_all()?;
+        let synced = timed(&SNAP_DB_FSYNC_SECONDS);
+        synced(self.out.file.sync_all())?;
         let path = self.temp.path.clone().expect("not renamed yet");
         Ok(SnapshotFile {
             file: File::open(&path)?,

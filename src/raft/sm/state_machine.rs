@@ -306,6 +306,7 @@ impl StateMachine {
         let Some(last) = batch.last().map(|(e, _)| e.log_id()) else {
             return Ok(());
         };
+        let _slow = SlowApply::start();
 
         let Classified {
             reqs,
@@ -626,6 +627,28 @@ enum Slot {
     Auth(Result<Option<String>, AuthError>),
     /// Refused at apply time by an active alarm, with etcd's error.
     Refused(ErrorCode, &'static str),
+}
+
+/// etcd's warning threshold for one apply (`warnApplyDuration`).
+const SLOW_APPLY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Counts an apply that took longer than [`SLOW_APPLY`] in `etcd_server_slow_apply_total`
+/// when dropped. etcd times each request; kvd applies a batch in one step, so a slow batch
+/// counts once, whatever the number of requests in it.
+struct SlowApply(std::time::Instant);
+
+impl SlowApply {
+    fn start() -> SlowApply {
+        SlowApply(std::time::Instant::now())
+    }
+}
+
+impl Drop for SlowApply {
+    fn drop(&mut self) {
+        if self.0.elapsed() > SLOW_APPLY {
+            crate::metrics::SLOW_APPLY.inc();
+        }
+    }
 }
 
 /// What a batch's entries ask of the store ([`StateMachine::classify`]).

@@ -128,7 +128,8 @@ impl tower::Service<http::Request<Body>> for ClientDispatch {
         };
         let handled = GrpcHandled::start(req.uri().path(), req.headers());
         let check = SizeCheck::new(self.services.max_msg);
-        let inner = self.call_service(s, req.map(|b| check.watch(b)));
+        let received = handled.stream_received();
+        let inner = self.call_service(s, req.map(|b| check.watch_counting(b, received)));
         Either::Left(GrpcCall {
             inner,
             check,

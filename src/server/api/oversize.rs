@@ -35,6 +35,9 @@ pub struct Frames {
     /// Bytes of the current message still to pass.
     skip: u64,
     found: Arc<AtomicU64>,
+    /// Counts each message's start (`grpc_server_msg_received_total` of a bidirectional
+    /// stream).
+    received: Option<prometheus::IntCounter>,
 }
 
 impl Frames {
@@ -45,6 +48,7 @@ impl Frames {
             have: 0,
             skip: 0,
             found,
+            received: None,
         }
     }
 
@@ -62,6 +66,9 @@ impl Frames {
             data = &data[n..];
             if self.have == 5 {
                 self.have = 0;
+                if let Some(c) = &self.received {
+                    c.inc();
+                }
                 let len = u32::from_be_bytes([
                     self.prefix[1],
                     self.prefix[2],
@@ -129,9 +136,20 @@ impl SizeCheck {
     }
 
     pub fn watch<B>(&self, body: B) -> Watched<B> {
+        self.watch_counting(body, None)
+    }
+
+    /// [`Self::watch`], counting each message of the body in `received`.
+    pub fn watch_counting<B>(
+        &self,
+        body: B,
+        received: Option<prometheus::IntCounter>,
+    ) -> Watched<B> {
+        let mut frames = Frames::new(self.limit, self.found.clone());
+        frames.received = received;
         Watched {
             inner: body,
-            frames: Frames::new(self.limit, self.found.clone()),
+            frames,
         }
     }
 
