@@ -72,3 +72,49 @@ async fn five_members_tolerate_two_losses_and_need_one_back_after_three() {
     );
     assert!(out.contains("until 1 of the missing voters"), "{out}");
 }
+
+/// Runs diagnose until its report contains `want` (the members' views of each other change
+/// within a few probe rounds), or panics with the last report.
+async fn diagnose_until(c: &Cluster, want: &str) -> (i32, String) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (rc, out) = diagnose(c);
+        if out.contains(want) {
+            return (rc, out);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {want:?} in:\n{out}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// A voter cut off from the others by a partition still answers the tool; it is named as cut
+/// off and counted as lost (one more loss costs quorum), whether it was a follower or the
+/// leader, and the cluster is healthy again once the partition heals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_voter_answers_but_counts_as_lost() {
+    let pc = common::faults::ProxiedCluster::start(3, &[]).await;
+    let leader = pc.c.leader().await.unwrap();
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    pc.isolate(follower);
+    let cut = format!("{} is cut off from the leader", pc.c.members[follower].name);
+    let (rc, out) = diagnose_until(&pc.c, &cut).await;
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("DEGRADED"), "{out}");
+    assert!(out.contains("One more voter lost costs quorum"), "{out}");
+    assert!(!out.contains("down:"), "nobody is down: {out}");
+
+    pc.heal();
+    let (rc, out) = diagnose_until(&pc.c, "HEALTHY").await;
+    assert_eq!(rc, 0, "{out}");
+
+    // The leader cut off: the two others elect one of them, and the old leader is named.
+    pc.isolate(leader);
+    let cut = format!("{} is cut off from the leader", pc.c.members[leader].name);
+    let (rc, out) = diagnose_until(&pc.c, &cut).await;
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("One more voter lost costs quorum"), "{out}");
+    pc.heal();
+}

@@ -79,11 +79,6 @@ pub fn verdict(members: &[MemberState]) -> Verdict {
     let n = voters(members).count();
     let q = quorum(n);
     let up: Vec<&MemberState> = voters(members).filter(|m| m.status.is_some()).collect();
-    let leader_alive = members.iter().any(|m| {
-        m.status
-            .as_ref()
-            .is_some_and(|a| a.leader == m.id && m.id != 0)
-    });
     if up.len() < q {
         let missing: Vec<u64> = voters(members)
             .filter(|m| m.status.is_none())
@@ -108,12 +103,42 @@ pub fn verdict(members: &[MemberState]) -> Verdict {
         .map(|m| m.id)
         .collect();
     let mut reasons = Vec::new();
-    if !leader_alive {
-        reasons.push(
+    let leader = leader(&up);
+    // Voters that answer this tool but not the leader: cut off by a partition, they count as
+    // lost for quorum even though they are up.
+    let cut_off: Vec<&MemberState> = match leader {
+        Some(l) => up
+            .iter()
+            .copied()
+            .filter(|m| m.id != l.id && !l.reaches(m.id))
+            .collect(),
+        None => Vec::new(),
+    };
+    match leader {
+        None => reasons.push(
             "no answering member is the leader: an election is under way, or the voters cannot \
              reach each other (run this again in a few seconds)"
                 .to_string(),
-        );
+        ),
+        Some(l) => {
+            for m in &cut_off {
+                reasons.push(format!(
+                    "{} is cut off from the leader {}: it answers this tool but not its peers (a \
+                     network partition, or its peer port blocked); it counts as lost for quorum",
+                    m.name, l.name
+                ));
+            }
+            let term = l.status.as_ref().map_or(0, |a| a.term);
+            for m in &up {
+                let a = m.status.as_ref().expect("answered");
+                if m.id != l.id && a.leader == m.id {
+                    reasons.push(format!(
+                        "{} still claims leadership at term {}, superseded by {} at term {term}",
+                        m.name, a.term, l.name
+                    ));
+                }
+            }
+        }
     }
     for m in members {
         let Some(a) = &m.status else { continue };
@@ -130,13 +155,37 @@ pub fn verdict(members: &[MemberState]) -> Verdict {
             }
         }
     }
+    let connected = up.len() - cut_off.len();
     if down.is_empty() && reasons.is_empty() {
         return Verdict::Healthy;
     }
     Verdict::Degraded {
         down,
-        tolerance: up.len() - q,
+        tolerance: connected.saturating_sub(q),
         reasons,
+    }
+}
+
+/// The leader among the answering voters: the one that says it leads, at the highest term
+/// (a leader cut off from the others may go on saying so after they elected another).
+fn leader<'a>(up: &[&'a MemberState]) -> Option<&'a MemberState> {
+    up.iter()
+        .copied()
+        .filter(|m| {
+            m.status
+                .as_ref()
+                .is_some_and(|a| a.leader == m.id && m.id != 0)
+        })
+        .max_by_key(|m| m.status.as_ref().map_or(0, |a| a.term))
+}
+
+impl MemberState {
+    /// Whether this member reports `peer` reachable. A member that reports no view of its
+    /// peers (etcd) is taken to reach them all.
+    fn reaches(&self, peer: u64) -> bool {
+        self.status
+            .as_ref()
+            .is_none_or(|a| a.peers.iter().find(|p| p.0 == peer).is_none_or(|p| p.1))
     }
 }
 
@@ -410,6 +459,7 @@ mod tests {
 
     #[test]
     fn a_peer_one_member_cannot_reach_is_a_reason_to_call_it_degraded() {
+        // m1 leads; the first reason is that m3 is cut off from it (see the next test).
         let mut ms = [
             member(1, Some(1), 9),
             member(2, Some(1), 9),
@@ -419,7 +469,42 @@ mod tests {
         match verdict(&ms) {
             Verdict::Degraded { down, reasons, .. } => {
                 assert!(down.is_empty());
-                assert_eq!(reasons, ["m1 cannot reach m3 (which answers this tool)"]);
+                assert_eq!(
+                    reasons[1..],
+                    ["m1 cannot reach m3 (which answers this tool)"]
+                );
+            }
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
+    fn a_voter_cut_off_from_the_leader_counts_as_lost() {
+        let mut ms = [
+            member(1, Some(1), 9),
+            member(2, Some(1), 9),
+            member(3, Some(3), 5),
+        ];
+        ms[0].status.as_mut().unwrap().term = 4;
+        ms[0].status.as_mut().unwrap().peers = vec![(2, true, Some(10)), (3, false, Some(4000))];
+        ms[2].status.as_mut().unwrap().term = 3;
+        ms[2].status.as_mut().unwrap().peers = vec![(1, false, None), (2, false, None)];
+        match verdict(&ms) {
+            Verdict::Degraded {
+                down,
+                tolerance,
+                reasons,
+            } => {
+                assert!(down.is_empty());
+                assert_eq!(tolerance, 0, "m3 answers but counts as lost");
+                assert!(
+                    reasons[0].starts_with("m3 is cut off from the leader m1"),
+                    "{reasons:?}"
+                );
+                assert!(
+                    reasons[1].starts_with("m3 still claims leadership at term 3"),
+                    "{reasons:?}"
+                );
             }
             v => panic!("{v:?}"),
         }
