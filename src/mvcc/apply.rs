@@ -514,7 +514,7 @@ impl<'a> Batch<'a> {
     /// range compares a zero `KeyValue`, except that VALUE compares are then false.
     fn compare(&self, c: &Compare) -> Result<bool, MvccError> {
         let kr = KeyRange::new(&c.key, &c.range_end);
-        let (kvs, _) = live_kvs(self, &kr, self.cur, 0, false)?;
+        let (kvs, _) = live_kvs(self, &kr, self.cur, 0, false, None)?;
         let target = CompareTarget::try_from(c.target).ok();
         if kvs.is_empty() {
             if target == Some(CompareTarget::Value) {
@@ -609,7 +609,7 @@ impl<'a> Batch<'a> {
     fn txn_range(&self, ctx: &Ctx, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
         crate::metrics::MVCC_RANGE.inc();
         let rev = ctx.view_rev();
-        let mut resp = range_at(self, req, rev, self.compacted)?;
+        let mut resp = range_at(self, req, rev, self.compacted, None)?;
         resp.header = header(rev);
         Ok(resp)
     }

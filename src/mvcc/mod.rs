@@ -69,6 +69,7 @@ mod hash;
 mod index;
 mod key_range;
 mod load;
+mod page_counts;
 mod pending;
 mod request;
 mod view;
@@ -150,6 +151,8 @@ struct Inner {
     /// load, which delete history, take it for writing. Images and loads take it under
     /// `apply_lock`; the collector only tries, between persists.
     history_gate: Arc<tokio::sync::RwLock<()>>,
+    /// Counts carried between the pages of listings.
+    page_counts: page_counts::PageCounts,
 }
 
 impl Inner {
@@ -304,6 +307,7 @@ impl MvccStore {
             compacted: AtomicI64::new(NEVER_COMPACTED),
             apply_lock: Mutex::new(()),
             history_gate: Arc::new(tokio::sync::RwLock::new(())),
+            page_counts: Default::default(),
         };
         let store = MvccStore {
             _closer: Arc::new(Closer(inner.pending.clone())),
@@ -324,6 +328,7 @@ impl MvccStore {
     /// queued for deletion.
     fn rebuild_index(&self) -> Result<(), MvccError> {
         let i = &self.inner;
+        i.page_counts.clear();
         i.leases.rebuild(|f| i.idx.rebuild(&i.engine, f))?;
         self.reload_counters()?;
         let compacted = self.compacted_revision();
@@ -394,7 +399,8 @@ impl MvccStore {
         let _open = crate::metrics::OpenRead::start();
         let cur = self.current_revision();
         let compacted = self.compacted_revision();
-        let mut resp = range_at(&self.applied(), req, cur, compacted)?;
+        let counts = Some(&self.inner.page_counts);
+        let mut resp = range_at(&self.applied(), req, cur, compacted, counts)?;
         let rev = if req.revision <= 0 { cur } else { req.revision };
         self.recheck_compacted(rev)?;
         resp.header = Some(ResponseHeader {

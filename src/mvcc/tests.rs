@@ -1573,3 +1573,69 @@ fn revoke_many_equals_single_revokes_in_order() {
     assert!(get(&many, "d").is_some() && get(&many, "e").is_some());
     assert!(get(&many, "a").is_none() && get(&many, "b").is_none());
 }
+
+/// A listing in pages (each page from the key after the last one read, at the first page's
+/// revision, as an API server lists) gets on every page the count a full count of the rest
+/// of the range finds, with writes and deletes landing between the pages, pages started
+/// anywhere, and after a compaction.
+#[test]
+fn the_pages_of_a_listing_count_what_a_full_count_finds() {
+    let (_d, _e, s) = temp_store();
+    for i in 0..500 {
+        put(&s, &format!("p/{i:04}"), "v");
+    }
+    for i in (0..500).step_by(7) {
+        del(&s, &format!("p/{i:04}"), "");
+    }
+    let full = |key: &[u8], rev: i64| {
+        s.range(&RangeRequest {
+            key: key.to_vec(),
+            range_end: b"p0".to_vec(),
+            revision: rev,
+            ..Default::default()
+        })
+        .unwrap()
+        .count
+    };
+    let page = |key: &[u8], rev: i64, limit: i64| {
+        s.range(&RangeRequest {
+            key: key.to_vec(),
+            range_end: b"p0".to_vec(),
+            revision: rev,
+            limit,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    for round in 0..3 {
+        let first = page(b"p/", 0, 40);
+        let rev = hdr_rev(&first.header, "first page");
+        assert_eq!(first.count, full(b"p/", rev));
+        let mut next = first.kvs.last().unwrap().key.clone();
+        next.push(0);
+        let mut pages = 1;
+        loop {
+            // Writes between the pages: new keys, deletes, overwrites, inside the range.
+            put(&s, &format!("p/{:04}x{round}", pages * 13), "new");
+            del(&s, &format!("p/{:04}", pages * 11 % 500), "");
+            put(&s, &format!("p/{:04}", pages * 17 % 500), "again");
+            let r = page(&next, rev, 40);
+            assert_eq!(r.count, full(&next, rev), "page {pages} of round {round}");
+            pages += 1;
+            if !r.more {
+                break;
+            }
+            next = r.kvs.last().unwrap().key.clone();
+            next.push(0);
+        }
+        assert!(pages > 10);
+        // A page started before the last one, and one far ahead: counted right too.
+        assert_eq!(page(b"p/0100", rev, 5).count, full(b"p/0100", rev));
+        assert_eq!(page(b"p/0450", rev, 5).count, full(b"p/0450", rev));
+        assert_eq!(page(b"p/0200", rev, 5).count, full(b"p/0200", rev));
+        if round == 1 {
+            let cur = s.current_revision();
+            compact(&s, cur - 5).unwrap();
+        }
+    }
+}

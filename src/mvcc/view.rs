@@ -13,6 +13,7 @@ use super::index::lease::LeaseIndex;
 use super::index::mem::MemIndex;
 use super::index::{decode_i64, Found, KeyIndex, Query, Record, Revision};
 use super::key_range::KeyRange;
+use super::page_counts::PageCounts;
 use super::pending::PendingWrites;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse};
@@ -82,16 +83,19 @@ impl View for Applied<'_> {
 
 /// The live value of every key of `kr` at revision `rev`, in key order, at most `limit`
 /// values if `limit > 0`, plus the total number of live keys. `count_only` skips loading
-/// values.
+/// values. With `known` (the number of live keys in `kr` at `rev`, already counted) and a
+/// `limit`, the scan stops at the `limit`th live key.
 pub(crate) fn live_kvs(
     v: &dyn View,
     kr: &KeyRange,
     rev: i64,
     limit: usize,
     count_only: bool,
+    known: Option<usize>,
 ) -> Result<(Vec<KeyValue>, usize), MvccError> {
     let mut count = 0usize;
     let mut revs = Vec::new();
+    let stop_at = known.filter(|_| limit > 0).map(|_| limit);
     v.scan(kr, &mut |_, ki| {
         if let Some(f) = ki.at(rev) {
             if !f.tombstone {
@@ -101,7 +105,7 @@ pub(crate) fn live_kvs(
                 }
             }
         }
-        true
+        stop_at != Some(count)
     })?;
     let mut kvs = Vec::with_capacity(revs.len());
     for r in revs {
@@ -110,16 +114,48 @@ pub(crate) fn live_kvs(
         let rec = v.record(r)?.ok_or(MvccError::Compacted)?;
         kvs.push(rec.kv);
     }
-    Ok((kvs, count))
+    Ok((kvs, known.unwrap_or(count)))
+}
+
+/// The number of live keys in `[from, to)` at `rev`.
+fn live_between(v: &dyn View, from: &[u8], to: &[u8], rev: i64) -> Result<usize, MvccError> {
+    if from >= to {
+        return Ok(0);
+    }
+    let kr = KeyRange::Between(from.to_vec(), to.to_vec());
+    let mut n = 0;
+    v.scan(&kr, &mut |_, ki| {
+        n += ki.at(rev).is_some_and(|f| !f.tombstone) as usize;
+        true
+    })?;
+    Ok(n)
+}
+
+/// The count of a page of a listing, from the count an earlier page of the same listing
+/// found (see [`PageCounts`]), if one is remembered.
+fn count_from_earlier_page(
+    v: &dyn View,
+    counts: &PageCounts,
+    req: &RangeRequest,
+    rev: i64,
+) -> Result<Option<usize>, MvccError> {
+    let Some((start, count)) = counts.closest(&req.range_end, rev, &req.key) else {
+        return Ok(None);
+    };
+    let gap = live_between(v, &start, &req.key, rev)?;
+    Ok(count.checked_sub(gap))
 }
 
 /// etcd 3.4's `applierV3backend.Range` on top of `mvcc.rangeKeys`. `cur` is the revision
 /// of the view, `compacted` the compacted revision. The header is left `None`.
+/// With `counts`, a page of a listing (a limit, no sort, no filter, a range) takes its count
+/// from an earlier page's and leaves its own for the next.
 pub(crate) fn range_at(
     v: &dyn View,
     req: &RangeRequest,
     cur: i64,
     compacted: i64,
+    counts: Option<&PageCounts>,
 ) -> Result<RangeResponse, MvccError> {
     if req.revision > cur {
         return Err(MvccError::FutureRev);
@@ -142,7 +178,17 @@ pub(crate) fn range_at(
         usize::try_from(req.limit).unwrap_or(usize::MAX - 1) + 1
     };
     let kr = KeyRange::new(&req.key, &req.range_end);
-    let (mut kvs, count) = live_kvs(v, &kr, rev, fetch, req.count_only)?;
+    // A page: only it is read, not the rest of the range.
+    let counts =
+        counts.filter(|_| fetch > 0 && matches!(kr, KeyRange::From(_) | KeyRange::Between(..)));
+    let known = match counts {
+        Some(c) => count_from_earlier_page(v, c, req, rev)?,
+        None => None,
+    };
+    let (mut kvs, count) = live_kvs(v, &kr, rev, fetch, req.count_only, known)?;
+    if let Some(c) = counts {
+        c.remember(&req.range_end, rev, &req.key, count);
+    }
 
     if req.max_mod_revision != 0 {
         kvs.retain(|kv| kv.mod_revision <= req.max_mod_revision);
