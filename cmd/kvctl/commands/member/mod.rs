@@ -1,5 +1,9 @@
 //! `member list/add/remove/update/promote` and `move-leader`, with etcdctl 3.4's argument
-//! checks, messages and (simple) output.
+//! checks, messages and (simple) output, and kvctl's own `member replace` ([`replace`]).
+mod replace;
+
+pub use replace::replace;
+
 use kvd::proto::etcdserverpb::{
     Member, MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
     MemberUpdateRequest, MoveLeaderRequest, StatusRequest,
