@@ -681,6 +681,26 @@ pub enum MemberCommand {
     Update(MemberUpdateArgs),
     /// Promotes a non-voting member in the cluster
     Promote(MemberIdArgs),
+    /// kvctl only: replaces a member (by name or hex ID) with a new one: adds the new member as
+    /// a learner, waits for it to catch up, promotes it, then removes the old one; refuses any
+    /// step that could cost quorum, and continues where an interrupted run stopped
+    Replace(MemberReplaceArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MemberReplaceArgs {
+    /// <old member name or ID>
+    pub args: Vec<String>,
+    /// name of the new member
+    #[arg(long, default_value = "")]
+    pub name: String,
+    /// comma separated peer URLs for the new member.
+    #[arg(long, default_value = "")]
+    pub peer_urls: String,
+    /// how long to wait for the new member to start and catch up before giving up (a rerun
+    /// continues)
+    #[arg(long, default_value = "10m", value_parser = parse_go_duration)]
+    pub wait_timeout: Duration,
 }
 
 #[derive(Args, Debug, Clone)]

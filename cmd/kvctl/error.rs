@@ -49,6 +49,14 @@ pub enum EtcdError {
     UserEmpty,
     AuthOldRevision,
     RootRoleNotExist,
+    /// A promote before the learner's log is close enough to the leader's.
+    LearnerNotReady,
+    /// A change whose voter set would not have a quorum of started (published) members.
+    NotEnoughStartedMembers,
+    /// A change refused because too few voters are connected (strict reconfiguration check).
+    Unhealthy,
+    MemberNotFound,
+    NotLearner,
 }
 
 impl EtcdError {
@@ -59,6 +67,15 @@ impl EtcdError {
             "etcdserver: user name is empty" => Some(EtcdError::UserEmpty),
             "etcdserver: revision of auth store is old" => Some(EtcdError::AuthOldRevision),
             "etcdserver: root user does not have root role" => Some(EtcdError::RootRoleNotExist),
+            "etcdserver: can only promote a learner member which is in sync with leader" => {
+                Some(EtcdError::LearnerNotReady)
+            }
+            "etcdserver: re-configuration failed due to not enough started members" => {
+                Some(EtcdError::NotEnoughStartedMembers)
+            }
+            "etcdserver: unhealthy cluster" => Some(EtcdError::Unhealthy),
+            "etcdserver: member not found" => Some(EtcdError::MemberNotFound),
+            "etcdserver: can only promote a learner member" => Some(EtcdError::NotLearner),
             _ => None,
         }
     }

@@ -123,6 +123,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             MemberCommand::Remove(a) => member::remove(&ctx, a).await,
             MemberCommand::Update(a) => member::update(&ctx, a).await,
             MemberCommand::Promote(a) => member::promote(&ctx, a).await,
+            MemberCommand::Replace(a) => member::replace(&ctx, a).await,
         },
         Command::Watch(a) => watch::watch(&ctx, a).await,
         Command::Lease(l) => match l.command {

@@ -7,9 +7,11 @@
 //! works without kvd's extensions (peer views and fsync p99 are then left out).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use futures::future::join_all;
 use kvd::proto::etcdserverpb::{Member, MemberListRequest, StatusRequest, StatusResponse};
+use tokio::time::Instant;
 
 use super::verdict::{report, verdict, Answer, MemberState, Verdict};
 use super::{connect_one, Ctx};
@@ -64,12 +66,17 @@ async fn members(ctx: &Ctx) -> Result<BTreeMap<u64, Member>, CliError> {
     Ok(out)
 }
 
-/// Member `m`'s Status, from the first of its client URLs that answers.
-async fn status_of(ctx: &Ctx, m: &Member) -> Result<StatusResponse, String> {
+/// Member `m`'s Status, from the first of its client URLs that answers, each tried within
+/// `timeout`.
+pub(crate) async fn status_of(
+    ctx: &Ctx,
+    m: &Member,
+    timeout: Duration,
+) -> Result<StatusResponse, String> {
     let dial = ctx.dial().map_err(|e| e.msg)?;
     let mut last = "it has no client URL (not started yet?)".to_string();
     for url in &m.client_ur_ls {
-        let deadline = ctx.deadline();
+        let deadline = Instant::now() + timeout;
         let r = with_deadline(deadline, async {
             let conn = connect_one(url, dial, deadline).await?;
             Ok(conn
@@ -111,7 +118,8 @@ fn answer(s: StatusResponse) -> Answer {
 
 pub async fn diagnose(ctx: &Ctx) -> Result<i32, CliError> {
     let listed = members(ctx).await?;
-    let answers = join_all(listed.values().map(|m| status_of(ctx, m))).await;
+    let timeout = ctx.global.command_timeout;
+    let answers = join_all(listed.values().map(|m| status_of(ctx, m, timeout))).await;
     let states: Vec<MemberState> = listed
         .into_values()
         .zip(answers)

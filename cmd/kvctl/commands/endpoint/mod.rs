@@ -5,6 +5,7 @@ mod diagnose;
 mod verdict;
 
 pub use diagnose::diagnose;
+pub(crate) use diagnose::status_of;
 use std::time::Duration;
 
 use kvd::proto::etcdserverpb::{HashKvRequest, MemberListRequest, RangeRequest, StatusRequest};

@@ -1,7 +1,11 @@
 //! `member list/add/remove/update/promote` and `move-leader`, with etcdctl 3.4's argument
-//! checks, messages and (simple) output.
+//! checks, messages and (simple) output, and kvctl's own `member replace` ([`replace`]).
+mod replace;
+
+pub use replace::replace;
+
 use kvd::proto::etcdserverpb::{
-    MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
+    Member, MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
     MemberUpdateRequest, MoveLeaderRequest, StatusRequest,
 };
 
@@ -107,33 +111,35 @@ pub async fn add(ctx: &Ctx, a: MemberAddArgs) -> Result<i32, CliError> {
         "Member {:16x} added to cluster {cluster_id:16x}\n",
         member.id
     );
-    // The settings the new member starts with; its name is not known to the cluster until it
-    // publishes, so the one given here stands in for it.
-    let conf: Vec<String> = resp
-        .members
+    out += "\n";
+    out += &start_settings(&name, &member, &resp.members);
+    print(ctx, out, &resp)?;
+    Ok(0)
+}
+
+/// The settings a member added as `member` (named `name` by the operator) starts with, in
+/// etcdctl's `ETCD_*=` form; `members` is the membership including it.
+pub(crate) fn start_settings(name: &str, member: &Member, members: &[Member]) -> String {
+    // Its name is not known to the cluster until it publishes, so the one given here stands
+    // in for it.
+    let conf: Vec<String> = members
         .iter()
         .flat_map(|m| {
-            let n = if m.id == member.id {
-                name.clone()
-            } else {
-                m.name.clone()
-            };
+            let n = if m.id == member.id { name } else { &m.name };
             m.peer_ur_ls
                 .iter()
                 .map(move |u| format!("{n}={u}"))
                 .collect::<Vec<_>>()
         })
         .collect();
-    out += "\n";
-    out += &format!("ETCD_NAME={}\n", go_quote(&name));
+    let mut out = format!("ETCD_NAME={}\n", go_quote(name));
     out += &format!("ETCD_INITIAL_CLUSTER={}\n", go_quote(&conf.join(",")));
     out += &format!(
         "ETCD_INITIAL_ADVERTISE_PEER_URLS={}\n",
         go_quote(&member.peer_ur_ls.join(","))
     );
     out += "ETCD_INITIAL_CLUSTER_STATE=\"existing\"\n";
-    print(ctx, out, &resp)?;
-    Ok(0)
+    out
 }
 
 fn go_quote(s: &str) -> String {
