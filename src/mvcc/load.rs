@@ -12,6 +12,10 @@
 //!   load refused for its content leaves the store as it was. [`MvccStore::load_from`] streams
 //!   its entries (it never holds them all): its caller checks them first, and an entry
 //!   refused or an error of the source midway leaves an interrupted load (the marker set).
+//! - The key and lease indexes after a load are those a reopen derives from the engine: a
+//!   load builds them from the history records it writes, in revision order (as a dump
+//!   lists them), and derives them from the engine after the load when the records came in
+//!   another order.
 //! - A load does not exclude readers (the trees change under them); the caller keeps reads
 //!   out while it runs.
 
@@ -22,6 +26,8 @@ use crate::sync::LockExt;
 use super::engine::{Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
 use super::error::MvccError;
 use super::failpoint::crash_point;
+use super::index::lease::LeaseBuilder;
+use super::index::mem::IndexBuilder;
 use super::{exclude_images, MvccStore, LEASE_TREE, META_TREE, RESERVED_META_PREFIX, REV_TREE};
 
 /// Set in the meta tree while a load runs (see the module doc).
@@ -133,12 +139,23 @@ impl MvccStore {
         let mut rev = Batcher::new(engine, Tree::Rev);
         let mut lease = Batcher::new(engine, Tree::Lease);
         let mut new_meta = BTreeMap::new();
+        // The index built as the history goes in, in revision order as a dump writes it;
+        // dropped (and derived from the engine after the load, as on open) at the first
+        // record out of order or that does not decode.
+        let mut built = Some((IndexBuilder::default(), LeaseBuilder::default()));
         for entry in entries {
             let entry = entry?;
             check_entries([&entry])?;
             let (tree, k, v) = entry;
             match tree.as_str() {
-                REV_TREE => rev.insert(k, v)?,
+                REV_TREE => {
+                    if let Some((idx, leases)) = built.as_mut() {
+                        if !matches!(idx.add(&k, &v, &mut |key, l| leases.set(key, l)), Ok(true)) {
+                            built = None;
+                        }
+                    }
+                    rev.insert(k, v)?
+                }
                 LEASE_TREE => lease.insert(k, v)?,
                 META_TREE if k != META_LOADING => {
                     new_meta.insert(k, Some(v));
@@ -159,7 +176,14 @@ impl MvccStore {
         engine.write(last)?;
         crash_point(engine)?;
         engine.flush()?;
-        Ok(self.rebuild_index()?)
+        match built {
+            Some((idx, leases)) => {
+                idx.finish(&i.idx);
+                leases.finish(&i.leases);
+                Ok(self.index_rebuilt()?)
+            }
+            None => Ok(self.rebuild_index()?),
+        }
     }
 
     /// Whether a [`Self::load`] was interrupted (by a crash): the store holds a mix of the old

@@ -328,8 +328,15 @@ impl MvccStore {
     /// queued for deletion.
     fn rebuild_index(&self) -> Result<(), MvccError> {
         let i = &self.inner;
-        i.page_counts.clear();
         i.leases.rebuild(|f| i.idx.rebuild(&i.engine, f))?;
+        self.index_rebuilt()
+    }
+
+    /// What follows a new key index (see [`Self::rebuild_index`]): the counters, page counts
+    /// and compacted records that the index no longer names.
+    fn index_rebuilt(&self) -> Result<(), MvccError> {
+        let i = &self.inner;
+        i.page_counts.clear();
         self.reload_counters()?;
         let compacted = self.compacted_revision();
         if compacted != NEVER_COMPACTED {

@@ -61,17 +61,32 @@ impl LeaseIndex {
         &self,
         fill: impl FnOnce(&mut dyn FnMut(&[u8], i64)) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut m = Maps::default();
-        fill(&mut |key, lease| {
-            m.set(key, lease);
-        })?;
-        *self.lock() = m;
+        let mut b = LeaseBuilder::default();
+        fill(&mut |key, lease| b.set(key, lease))?;
+        b.finish(self);
         Ok(())
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().by_key.len()
+    }
+}
+
+/// A lease index built aside, from history records in revision order (see
+/// [`LeaseIndex::rebuild`]), then put in place whole.
+#[derive(Default)]
+pub(crate) struct LeaseBuilder(Maps);
+
+impl LeaseBuilder {
+    /// Records that `key`'s latest record carries `lease` (0: none, or a tombstone).
+    pub fn set(&mut self, key: &[u8], lease: i64) {
+        self.0.set(key, lease);
+    }
+
+    /// Replaces `idx`'s whole content with what was set.
+    pub fn finish(self, idx: &LeaseIndex) {
+        *idx.lock() = self.0;
     }
 }
 

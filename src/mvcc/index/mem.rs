@@ -2,7 +2,8 @@
 //! (an [`IndexKey`] compares its first eight bytes inline).
 //!
 //! It is not persisted: [`MemIndex::rebuild`] derives it from the history tree when the
-//! store opens or loads a snapshot, as etcd rebuilds its tree index from the backend. A
+//! store opens, as etcd rebuilds its tree index from the backend; a snapshot load builds it
+//! from the records as it writes them ([`IndexBuilder`]), without reading them back. A
 //! persisted index would cost a rewrite of the key's whole revision list on every put, so
 //! a hot key would make each write O(its history) (docs/decisions/mvcc-0003-memory-index.md).
 //!
@@ -27,6 +28,46 @@ use crate::mvcc::error::MvccError;
 use crate::mvcc::index::key::{IndexKey, KeyProbe, Probe};
 use crate::mvcc::index::{Found, KeyIndex, Query, Record, Revision};
 use crate::mvcc::key_range::KeyRange;
+
+/// An index derived from history records given in revision order, as [`MemIndex::rebuild`]
+/// reads them from the engine, or as a snapshot load writes them (one pass instead of two).
+#[derive(Default)]
+pub(crate) struct IndexBuilder {
+    map: BTreeMap<IndexKey, KeyIndex>,
+    last: Option<Revision>,
+}
+
+impl IndexBuilder {
+    /// Adds the history record `rec` stored at revision bytes `rev`, and tells `on_record`
+    /// its key and lease (0 for a tombstone). `Ok(false)`, adding nothing, if `rev` is not
+    /// newer than the last one added: the records are out of order, and the builder is of
+    /// no use (the caller derives the index from the engine instead).
+    pub fn add(
+        &mut self,
+        rev: &[u8],
+        rec: &[u8],
+        on_record: &mut dyn FnMut(&[u8], i64),
+    ) -> Result<bool, MvccError> {
+        let r = Revision::from_bytes(rev)?;
+        if self.last.is_some_and(|last| last >= r) {
+            return Ok(false);
+        }
+        self.last = Some(r);
+        let rec = Record::decode(rec)?;
+        on_record(&rec.kv.key, if rec.tombstone { 0 } else { rec.kv.lease });
+        let life = (rec.kv.create_revision, rec.kv.version);
+        self.map
+            .entry(IndexKey::from(rec.kv.key))
+            .or_default()
+            .restore(r, rec.tombstone, life);
+        Ok(true)
+    }
+
+    /// Replaces `idx`'s whole content with what was added.
+    pub fn finish(self, idx: &MemIndex) {
+        *idx.write() = self.map;
+    }
+}
 
 /// Keys compacted per hold of the write lock.
 const COMPACT_CHUNK: usize = 1024;
@@ -54,18 +95,14 @@ impl MemIndex {
         engine: &StoreEngine,
         on_record: &mut dyn FnMut(&[u8], i64),
     ) -> Result<(), MvccError> {
-        let mut map: BTreeMap<IndexKey, KeyIndex> = BTreeMap::new();
+        let mut b = IndexBuilder::default();
         for item in engine.iter(Tree::Rev) {
             let (k, v) = item?;
-            let r = Revision::from_bytes(&k)?;
-            let rec = Record::decode(&v)?;
-            on_record(&rec.kv.key, if rec.tombstone { 0 } else { rec.kv.lease });
-            let life = (rec.kv.create_revision, rec.kv.version);
-            map.entry(IndexKey::from(rec.kv.key))
-                .or_default()
-                .restore(r, rec.tombstone, life);
+            if !b.add(&k, &v, on_record)? {
+                return Err(MvccError::corrupt("history records out of revision order"));
+            }
         }
-        *self.write() = map;
+        b.finish(self);
         Ok(())
     }
 
