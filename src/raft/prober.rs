@@ -1,5 +1,9 @@
 //! Every member probes every other member of its configuration twice a second, whatever its
-//! role, as etcd keeps rafthttp streams between all members all the time.
+//! role, as etcd keeps rafthttp streams between all members all the time; ten times a second
+//! while one of them does not answer, as etcd redials a lost stream every 100 ms, so that a
+//! member that comes back (a restart, a new member started) is reached within about 100 ms:
+//! the replication and heartbeat streams waiting to retry it wait for the probe's answer
+//! ([`Links::wait_up`]).
 //!
 //! Invariants:
 //! - A member's view of which peers are *active* ([`Links`], used by the strict
@@ -22,14 +26,17 @@ use crate::raft::node::RaftNode;
 use crate::raft::types::{Member, NodeId};
 
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+/// The interval while a peer does not answer (see the module doc).
+pub const PROBE_INTERVAL_DOWN: Duration = Duration::from_millis(100);
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Probes peers until this member learns it was removed (then sets `removed` and returns).
 pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::Sender<bool>) {
-    let mut tick = tokio::time::interval(PROBE_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next = tokio::time::Instant::now();
     loop {
-        tick.tick().await;
+        tokio::time::sleep_until(next).await;
+        let round = tokio::time::Instant::now();
+        let mut interval = PROBE_INTERVAL;
         let peers = peers_of(&node);
         let probes = peers.into_iter().map(|(id, m)| {
             let node = node.clone();
@@ -46,7 +53,10 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
                         unversioned.push(id);
                     }
                 }
-                Err(f) => links.failed(id, f),
+                Err(f) => {
+                    links.failed(id, f);
+                    interval = PROBE_INTERVAL_DOWN;
+                }
             }
             if matches!(r, Ok((true, _))) {
                 tracing::warn!(
@@ -66,6 +76,8 @@ pub async fn run(node: RaftNode, links: Links, cluster_id: u64, removed: watch::
             }
         }
         node.formats.raise_if_due(&node);
+        // A round that took longer than the interval (a peer timing out) is followed at once.
+        next = round + interval;
     }
 }
 
