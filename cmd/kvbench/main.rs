@@ -113,6 +113,9 @@ enum Cmd {
         /// Maximum number of keys returned (0 = no limit).
         #[arg(long, default_value_t = 0)]
         limit: i64,
+        /// KEY and END are hex-encoded bytes (the keys `put` writes are binary numbers).
+        #[arg(long)]
+        hex: bool,
     },
     /// Transactions of --txn-ops puts each.
     TxnPut {
@@ -219,7 +222,22 @@ async fn run_net(g: Global, cmd: Cmd) -> anyhow::Result<()> {
             end,
             consistency,
             limit,
-        } => ops::Op::range(key, end, &consistency, limit)?,
+            hex,
+        } => {
+            let bytes = |s: String| {
+                if hex {
+                    ops::unhex(&s)
+                } else {
+                    Ok(s.into_bytes())
+                }
+            };
+            ops::Op::range(
+                bytes(key)?,
+                end.map(bytes).transpose()?,
+                &consistency,
+                limit,
+            )?
+        }
         Cmd::Fsync { .. } | Cmd::WatchLatency(_) | Cmd::List { .. } => {
             unreachable!("handled above")
         }
@@ -238,6 +256,15 @@ async fn run_net(g: Global, cmd: Cmd) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_keys_decode_and_bad_ones_are_refused() {
+        assert_eq!(ops::unhex("00ff7A").unwrap(), vec![0, 255, 0x7a]);
+        assert_eq!(ops::unhex("").unwrap(), Vec::<u8>::new());
+        for bad in ["0", "0g", "é1"] {
+            assert!(ops::unhex(bad).is_err(), "{bad}");
+        }
+    }
 
     /// `range KEY` beside the global TLS `--key`: the two once shared clap's id and every
     /// `kvbench range` panicked while parsing.

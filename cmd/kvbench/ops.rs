@@ -63,16 +63,16 @@ impl Op {
     }
 
     pub fn range(
-        key: String,
-        end: Option<String>,
+        key: Vec<u8>,
+        end: Option<Vec<u8>>,
         consistency: &str,
         limit: i64,
     ) -> anyhow::Result<Op> {
         let serializable = serializable(consistency)?;
         Ok(Op::Range {
             req: RangeRequest {
-                key: key.into_bytes(),
-                range_end: end.map(String::into_bytes).unwrap_or_default(),
+                key,
+                range_end: end.unwrap_or_default(),
                 serializable,
                 limit,
                 ..Default::default()
@@ -130,4 +130,17 @@ impl Op {
         }
         Ok(())
     }
+}
+
+/// The bytes a hex string (two digits a byte, either case) stands for.
+pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
+    anyhow::ensure!(s.is_ascii(), "{s:?}: not hex digits");
+    anyhow::ensure!(s.len().is_multiple_of(2), "{s:?}: an odd number of hex digits");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&s[i..i + 2], 16)
+                .map_err(|_| anyhow::anyhow!("{s:?}: not hex digits"))
+        })
+        .collect()
 }
