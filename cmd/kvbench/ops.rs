@@ -135,7 +135,10 @@ impl Op {
 /// The bytes a hex string (two digits a byte, either case) stands for.
 pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
     anyhow::ensure!(s.is_ascii(), "{s:?}: not hex digits");
-    anyhow::ensure!(s.len().is_multiple_of(2), "{s:?}: an odd number of hex digits");
+    anyhow::ensure!(
+        s.len().is_multiple_of(2),
+        "{s:?}: an odd number of hex digits"
+    );
     (0..s.len())
         .step_by(2)
         .map(|i| {
