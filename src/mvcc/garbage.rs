@@ -139,6 +139,13 @@ impl Garbage {
         }
         let mut q = lock(&self.queue);
         q.revs.extend_from_slice(revs);
+        // In revision order, so that a chunk of deletions covers neighbouring records: the
+        // history is stored in chunks of consecutive records (engine::chunks), and a batch
+        // rewrites each chunk it touches once. In key order (as the index yields them) a
+        // chunk's garbage is spread over many batches and the chunk is rewritten by each.
+        // Steps take from the end, so the newest garbage goes first; the order of deletion
+        // changes no answer (the module doc's first invariant).
+        q.revs.sort_unstable();
         q.since.get_or_insert((Instant::now(), 0));
     }
 

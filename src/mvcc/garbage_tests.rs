@@ -168,3 +168,52 @@ async fn reopened_store_finishes_the_deletion_a_close_left_and_says_so() {
         .unwrap();
     assert_eq!(history(&s), [3, 6]);
 }
+
+/// The collector deletes in revision order, newest first, whatever order the key index
+/// yields the garbage in: a chunk of deletions then covers neighbouring history records, so
+/// each stored chunk of records is rewritten once rather than once per key.
+#[test]
+fn collector_deletes_the_newest_garbage_first() {
+    let (_d, _db, s) = temp_store();
+    s.inner.pending.garbage.close();
+    // Key order (k0..k9) and revision order differ: every key has garbage all along.
+    let n = 3 * garbage::CHUNK;
+    for i in 0..n {
+        put(&s, &format!("k{}", i % 10), "v");
+    }
+    let at = s.current_revision();
+    compact(&s, at).unwrap();
+    s.persist_pending().unwrap();
+    let before = history(&s);
+    let step = || {
+        let g = &s.inner.pending.garbage;
+        g.step(&s.inner.idx, &s.inner.engine, &s.inner.history_gate)
+            .unwrap()
+    };
+    assert_eq!(
+        step(),
+        garbage::Step::Worked {
+            rest: Duration::ZERO
+        },
+        "the index"
+    );
+    assert!(matches!(step(), garbage::Step::Worked { .. }));
+    let after = history(&s);
+    let deleted: Vec<i64> = before
+        .iter()
+        .filter(|r| !after.contains(r))
+        .copied()
+        .collect();
+    assert_eq!(deleted.len(), garbage::CHUNK);
+    // Each key's newest revision at `at` stays; every other record is garbage.
+    let garbage_left = after.iter().filter(|&&r| r <= at - 10).count();
+    assert_eq!(garbage_left, n - 10 - garbage::CHUNK);
+    let oldest_deleted = deleted[0];
+    assert!(
+        after
+            .iter()
+            .filter(|&&r| r <= at - 10)
+            .all(|&r| r < oldest_deleted),
+        "a chunk deletes the newest garbage: deleted {deleted:?}"
+    );
+}
