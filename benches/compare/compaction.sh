@@ -5,8 +5,11 @@
 # changes it caused. kvd and etcd 3.4 in turn, each on a fresh cluster, ROUNDS times.
 #
 # Usage: benches/compare/compaction.sh [out-dir]
-# Env:   ROUNDS (1) PUTS (200000) KEYS (50000) COMPACT (1; 0 = the same run without the
-#        Compact call, the baseline the latencies compare with) KVD_BIN KVBENCH_BIN
+# Env:   ROUNDS (1) PUTS (200000) KEYS (50000) VAL (256, value bytes) COMPACT (1; 0 = the same
+#        run without the Compact call, the baseline the latencies compare with) PHYSICAL=1
+#        (`compact --physical`: the call returns once the history is deleted)
+#        SYSTEMS ("etcd kvd"; NAME=BIN runs a kvd build under its own name, for A/B runs:
+#        "etcd kvdbase=/tmp/kvd-base kvd=target/release/kvd") KVD_BIN KVBENCH_BIN
 #        (default: $CARGO_TARGET_DIR or target, release/) ETCD_BIN (etcd) ETCDCTL (etcdctl)
 #        SKIP_BUILD=1
 set -euo pipefail
@@ -16,6 +19,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${ROUNDS:-1}
 PUTS=${PUTS:-200000}
 KEYS=${KEYS:-50000}
+VAL=${VAL:-256}
+SYSTEMS=${SYSTEMS:-etcd kvd}
+PHYSICAL_FLAG=()
+[[ ${PHYSICAL:-} == 1 ]] && PHYSICAL_FLAG=(--physical)
 OUT=${1:-$(mktemp -d /tmp/compaction.XXXXXX)}
 mkdir -p "$OUT"
 
@@ -34,11 +41,12 @@ leader_changes() {
 }
 
 one() {
-  local sys=$1 round=$2
+  local sys=${1%%=*} round=$2
+  [[ $1 == *=* ]] && KVD_BIN=${1#*=}
   local dir="$OUT/r$round-$sys"
   fresh_cluster "$sys" "$dir" 26790 30790
   local ep=$EP
-  local k=(--key-size 8 --val-size 256 --key-space-size "$KEYS")
+  local k=(--key-size 8 --val-size "$VAL" --key-space-size "$KEYS")
   "$KVBENCH_BIN" --endpoints "$ep" --json put "${k[@]}" --clients 64 --conns 16 --total "$PUTS" >/dev/null
   local rev
   rev=$(ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ep" get x -w json |
@@ -50,7 +58,7 @@ one() {
   sleep 2
   local t0=$EPOCHREALTIME
   if [ "${COMPACT:-1}" != 0 ]; then
-    ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ep" --command-timeout=120s compact "$rev" >/dev/null
+    ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ep" --command-timeout=300s compact "${PHYSICAL_FLAG[@]}" "$rev" >/dev/null
   fi
   local t1=$EPOCHREALTIME
   wait "$kb"
@@ -70,7 +78,7 @@ PY
 echo "output: $OUT" >&2
 : >"$OUT/compaction.tsv"
 for r in $(seq 1 "$ROUNDS"); do
-  for sys in etcd kvd; do one "$sys" "$r"; done
+  for sys in $SYSTEMS; do one "$sys" "$r"; done
 done
 echo "| system | round | compact call (s) | concurrent 1-client put p99 (ms) | max (ms) | errors | leader changes (sum over members) |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
