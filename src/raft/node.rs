@@ -266,9 +266,14 @@ impl RaftNode {
         cmd: Command,
         left: Duration,
     ) -> Result<(InternalResponse, u64), Retry> {
-        let r = tokio::time::timeout(left, self.raft.client_write(cmd))
-            .await
-            .map_err(|_| Retry::Fail(ProposeError::Timeout))?;
+        let write = tokio::time::timeout(left, self.raft.client_write(cmd));
+        let r = tokio::select! {
+            r = write => r.map_err(|_| Retry::Fail(ProposeError::Timeout))?,
+            // A call whose core stops under it is logged by openraft as an error, so a
+            // stopping member lets go of the call first (etcd answers "server stopped" too);
+            // the entry may still commit, as after any Stopped answer.
+            () = self.when_stopping() => return Err(Retry::Fail(ProposeError::Stopped)),
+        };
         use openraft::error::RaftError;
         match r {
             Ok(resp) => written(Ok((resp.data, resp.log_id.index))),
@@ -397,7 +402,12 @@ impl RaftNode {
 
     /// The leader's read index (leader side of ReadIndex): confirms leadership with a quorum.
     pub async fn local_read_index(&self) -> Result<u64, tonic::Status> {
-        match self.raft.get_read_log_id(ReadPolicy::ReadIndex).await {
+        let read = tokio::select! {
+            r = self.raft.get_read_log_id(ReadPolicy::ReadIndex) => r,
+            // As for a write (`write_local`): no call left in a core that stops.
+            () = self.when_stopping() => return Err(peer_error::stopping()),
+        };
+        match read {
             Ok((read, _)) => Ok(read.index()),
             Err(e) if e.forward_to_leader().is_some() => Err(peer_error::not_leader()),
             Err(e) => Err(tonic::Status::unavailable(e.to_string())),
@@ -433,6 +443,9 @@ impl RaftNode {
     async fn read_index_round(self) -> Result<u64, ProposeError> {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         loop {
+            if self.is_stopping() {
+                return Err(ProposeError::Stopped);
+            }
             let (leader, member) = self.wait_leader(deadline).await?;
             let left = deadline.saturating_duration_since(Instant::now());
             let index = if leader == self.id {

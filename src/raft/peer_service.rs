@@ -77,6 +77,16 @@ impl PeerService {
         Ok(())
     }
 
+    /// Runs a call into openraft unless this member starts to stop first: a call whose core
+    /// stops under it is logged by openraft as an error, so a stopping member lets go of it
+    /// and answers "stopping", as it does to calls that arrive after.
+    async fn until_stop<T>(&self, call: impl std::future::Future<Output = T>) -> Result<T, Status> {
+        tokio::select! {
+            r = call => Ok(r),
+            () = self.node.when_stopping() => Err(crate::raft::net::peer_error::stopping()),
+        }
+    }
+
     /// Refuses a forwarded write or read index while this member stops, as "not leader":
     /// nothing was proposed, so the follower may send it to the next leader.
     fn leading(&self) -> Result<(), Status> {
@@ -93,7 +103,10 @@ impl Peer for PeerService {
         self.live()?;
         let rpc = unblob(&req.into_inner().data)?;
         self.node.touch_leader();
-        let r = self.node.raft.append_entries(rpc).await.map_err(fatal)?;
+        let r = self
+            .until_stop(self.node.raft.append_entries(rpc))
+            .await?
+            .map_err(fatal)?;
         Ok(blob(&r))
     }
 
@@ -140,14 +153,20 @@ impl Peer for PeerService {
     async fn vote(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
         self.live()?;
         let rpc = unblob(&req.into_inner().data)?;
-        let r = self.node.raft.vote(rpc).await.map_err(fatal)?;
+        let r = self
+            .until_stop(self.node.raft.vote(rpc))
+            .await?
+            .map_err(fatal)?;
         Ok(blob(&r))
     }
 
     async fn pre_vote(&self, req: Request<RaftBlob>) -> Result<Response<RaftBlob>, Status> {
         self.live()?;
         let rpc = unblob(&req.into_inner().data)?;
-        let r = self.node.raft.pre_vote(rpc).await.map_err(fatal)?;
+        let r = self
+            .until_stop(self.node.raft.pre_vote(rpc))
+            .await?
+            .map_err(fatal)?;
         Ok(blob(&r))
     }
 
@@ -155,10 +174,8 @@ impl Peer for PeerService {
         self.live()?;
         let rpc = unblob(&req.into_inner().data)?;
         let r = self
-            .node
-            .raft
-            .handle_transfer_leader(rpc)
-            .await
+            .until_stop(self.node.raft.handle_transfer_leader(rpc))
+            .await?
             .map_err(fatal)?;
         Ok(blob(&r))
     }
@@ -186,10 +203,8 @@ impl Peer for PeerService {
                 meta,
                 snapshot: crate::raft::sm::snapshot_data::SnapshotData::File(file),
             };
-            self.node
-                .raft
-                .install_full_snapshot(vote, snapshot)
-                .await
+            self.until_stop(self.node.raft.install_full_snapshot(vote, snapshot))
+                .await?
                 .map_err(fatal)
         }
         .await;
