@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Compaction stall, side by side: fill a fresh 3-member cluster with PUTS puts over KEYS keys
 # (64 clients), then compact at the current revision while one client keeps putting. Reports
-# how long the Compact call took, the concurrent puts' p99 and max latency, and the leader
-# changes it caused. kvd and etcd 3.4 in turn, each on a fresh cluster, ROUNDS times.
+# how long the Compact call took, the concurrent puts' p99 and max latency (all of them, and
+# those that started while the call ran), and the leader changes it caused. kvd and etcd 3.4
+# in turn, each on a fresh cluster, ROUNDS times.
 #
 # Usage: benches/compare/compaction.sh [out-dir]
 # Env:   ROUNDS (1) PUTS (200000) KEYS (50000) VAL (256, value bytes) COMPACT (1; 0 = the same
 #        run without the Compact call, the baseline the latencies compare with) PHYSICAL=1
 #        (`compact --physical`: the call returns once the history is deleted)
+#        DURING_PUTS (3000) DURING_RATE (0 = unlimited): the 1-client writer started 2 s before
+#        the call; with PHYSICAL=1 give it a rate and enough puts to outlast the call (e.g.
+#        200 and 6000), so that "p99 while the call ran" counts puts
 #        SYSTEMS ("etcd kvd"; NAME=BIN runs a kvd build under its own name, for A/B runs:
 #        "etcd kvdbase=/tmp/kvd-base kvd=target/release/kvd") KVD_BIN KVBENCH_BIN
 #        (default: $CARGO_TARGET_DIR or target, release/) ETCD_BIN (etcd) ETCDCTL (etcdctl)
@@ -20,6 +24,8 @@ ROUNDS=${ROUNDS:-1}
 PUTS=${PUTS:-200000}
 KEYS=${KEYS:-50000}
 VAL=${VAL:-256}
+DURING_PUTS=${DURING_PUTS:-3000}
+DURING_RATE=${DURING_RATE:-0}
 SYSTEMS=${SYSTEMS:-etcd kvd}
 PHYSICAL_FLAG=()
 [[ ${PHYSICAL:-} == 1 ]] && PHYSICAL_FLAG=(--physical)
@@ -52,7 +58,9 @@ one() {
   rev=$(ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ep" get x -w json |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["header"]["revision"])')
   local lc0; lc0=$(leader_changes "$sys")
-  "$KVBENCH_BIN" --endpoints "$ep" --json put "${k[@]}" --clients 1 --conns 1 --total 3000 \
+  local tw=$EPOCHREALTIME
+  "$KVBENCH_BIN" --endpoints "$ep" --json put "${k[@]}" --clients 1 --conns 1 \
+    --total "$DURING_PUTS" --rate "$DURING_RATE" --latency-log "$dir/during.lat" \
     >"$dir/during.json" &
   local kb=$!
   sleep 2
@@ -63,12 +71,19 @@ one() {
   local t1=$EPOCHREALTIME
   wait "$kb"
   local lc1; lc1=$(leader_changes "$sys")
-  python3 - "$dir/during.json" "$sys" "$round" "$t0" "$t1" "$((lc1 - lc0))" >>"$OUT/compaction.tsv" <<'PY'
+  python3 - "$dir/during.json" "$sys" "$round" "$t0" "$t1" "$((lc1 - lc0))" "$tw" "$dir/during.lat" \
+    >>"$OUT/compaction.tsv" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-s, r, t0, t1, lc = sys.argv[2:7]
+s, r, t0, t1, lc, tw, lat = sys.argv[2:9]
+# The writer's puts that started while the Compact call ran (its log: start and latency in
+# microseconds since the writer began, which is within milliseconds of tw).
+lo, hi = (float(t0) - float(tw)) * 1e6, (float(t1) - float(tw)) * 1e6
+during = sorted(int(l.split()[1]) / 1000 for l in open(lat) if lo <= int(l.split()[0]) <= hi)
+p99 = round(during[min(len(during) - 1, int(len(during) * 0.99))], 3) if during else "-"
+mx = round(during[-1], 3) if during else "-"
 print("\t".join(map(str, [s, r, round(float(t1) - float(t0), 3), j["latency_ms"]["p99"],
-                          j["latency_ms"]["max"], j["errors"], lc])))
+                          j["latency_ms"]["max"], p99, mx, len(during), j["errors"], lc])))
 PY
   echo "  $(tail -1 "$OUT/compaction.tsv")" >&2
   cleanup
@@ -80,6 +95,6 @@ echo "output: $OUT" >&2
 for r in $(seq 1 "$ROUNDS"); do
   for sys in $SYSTEMS; do one "$sys" "$r"; done
 done
-echo "| system | round | compact call (s) | concurrent 1-client put p99 (ms) | max (ms) | errors | leader changes (sum over members) |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
-awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }' "$OUT/compaction.tsv"
+echo "| system | round | compact call (s) | 1-client put p99 (ms) | max (ms) | p99 while the call ran (ms) | max | puts while it ran | errors | leader changes (sum over members) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$OUT/compaction.tsv"
