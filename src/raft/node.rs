@@ -266,14 +266,13 @@ impl RaftNode {
         cmd: Command,
         left: Duration,
     ) -> Result<(InternalResponse, u64), Retry> {
-        let write = tokio::time::timeout(left, self.raft.client_write(cmd));
-        let r = tokio::select! {
-            r = write => r.map_err(|_| Retry::Fail(ProposeError::Timeout))?,
-            // A call whose core stops under it is logged by openraft as an error, so a
-            // stopping member lets go of the call first (etcd answers "server stopped" too);
-            // the entry may still commit, as after any Stopped answer.
-            () = self.when_stopping() => return Err(Retry::Fail(ProposeError::Stopped)),
-        };
+        // A stopping member lets go of the call (etcd answers "server stopped" too); the
+        // entry may still commit, as after any Stopped answer.
+        let r = self
+            .unless_stopping(tokio::time::timeout(left, self.raft.client_write(cmd)))
+            .await
+            .ok_or(Retry::Fail(ProposeError::Stopped))?
+            .map_err(|_| Retry::Fail(ProposeError::Timeout))?;
         use openraft::error::RaftError;
         match r {
             Ok(resp) => written(Ok((resp.data, resp.log_id.index))),
@@ -402,12 +401,12 @@ impl RaftNode {
 
     /// The leader's read index (leader side of ReadIndex): confirms leadership with a quorum.
     pub async fn local_read_index(&self) -> Result<u64, tonic::Status> {
-        let read = tokio::select! {
-            r = self.raft.get_read_log_id(ReadPolicy::ReadIndex) => r,
-            // As for a write (`write_local`): no call left in a core that stops.
-            () = self.when_stopping() => return Err(peer_error::stopping()),
-        };
-        match read {
+        let read = self.raft.get_read_log_id(ReadPolicy::ReadIndex);
+        match self
+            .unless_stopping(read)
+            .await
+            .ok_or_else(peer_error::stopping)?
+        {
             Ok((read, _)) => Ok(read.index()),
             Err(e) if e.forward_to_leader().is_some() => Err(peer_error::not_leader()),
             Err(e) => Err(tonic::Status::unavailable(e.to_string())),

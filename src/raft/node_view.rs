@@ -323,6 +323,19 @@ impl RaftNode {
         }
     }
 
+    /// Runs `call`, a call into openraft, unless the member begins to stop first; then drops
+    /// it and answers `None`. openraft logs a call whose core stops under it as an error, and
+    /// the core stops only after [`Self::begin_stop`], so no such call is left by then.
+    pub(crate) async fn unless_stopping<T>(
+        &self,
+        call: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        tokio::select! {
+            r = call => Some(r),
+            () = self.when_stopping() => None,
+        }
+    }
+
     /// After [`Self::stop_raft`]: writes what a restart reads first, the committed index and
     /// the applied state. Failures are logged; the WAL still holds everything.
     pub async fn persist_on_stop(&self) {

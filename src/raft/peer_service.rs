@@ -77,14 +77,13 @@ impl PeerService {
         Ok(())
     }
 
-    /// Runs a call into openraft unless this member starts to stop first: a call whose core
-    /// stops under it is logged by openraft as an error, so a stopping member lets go of it
-    /// and answers "stopping", as it does to calls that arrive after.
+    /// Runs a call into openraft unless this member starts to stop first
+    /// ([`RaftNode::unless_stopping`]); then answers "stopping", as to calls that arrive after.
     async fn until_stop<T>(&self, call: impl std::future::Future<Output = T>) -> Result<T, Status> {
-        tokio::select! {
-            r = call => Ok(r),
-            () = self.node.when_stopping() => Err(crate::raft::net::peer_error::stopping()),
-        }
+        self.node
+            .unless_stopping(call)
+            .await
+            .ok_or_else(crate::raft::net::peer_error::stopping)
     }
 
     /// Refuses a forwarded write or read index while this member stops, as "not leader":
