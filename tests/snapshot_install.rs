@@ -4,9 +4,10 @@
 //! Each round the follower is down while the leader takes enough writes (some under leases,
 //! one lease revoked every other round) to snapshot and purge its log past the follower, so
 //! the follower can only catch up by installing a snapshot. The follower is restarted and
-//! killed as soon as the new snapshot file appears in its snapshot directory (the install
-//! writes the file, then loads it into sled), after a delay that varies by round. Rounds:
-//! `KVD_SNAP_KILL_ROUNDS` (default 5, about 20 s).
+//! killed as soon as a new engine generation appears in its state-machine directory (a
+//! received snapshot is written into one as it arrives, then switched to), after a delay that
+//! varies by round: before, during or after the switch. Rounds: `KVD_SNAP_KILL_ROUNDS`
+//! (default 5, about 20 s).
 
 mod common;
 
@@ -62,25 +63,27 @@ async fn state(c: &Cluster, i: usize) -> Result<State, tonic::Status> {
     Ok((r.header.map_or(0, |h| h.revision), kvs, leases))
 }
 
-/// The newest snapshot file of member `i` ("" if none).
-fn newest_snapshot(c: &Cluster, i: usize) -> String {
-    let dir = c.members[i].data_dir.join("member/sm/snap");
-    std::fs::read_dir(dir)
+/// The newest engine generation in member `i`'s state-machine directory (`db` is 0, `db.N`
+/// is N; -1 if none).
+fn newest_generation(c: &Cluster, i: usize) -> i64 {
+    std::fs::read_dir(c.members[i].data_dir.join("member/sm"))
         .map(|d| {
             d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.ends_with(".snap"))
+                .filter_map(|n| match n.as_str() {
+                    "db" => Some(0),
+                    _ => n.strip_prefix("db.")?.parse().ok(),
+                })
                 .max()
-                .unwrap_or_default()
+                .unwrap_or(-1)
         })
-        .unwrap_or_default()
+        .unwrap_or(-1)
 }
 
-/// Whether member `i` (stopped) was killed in the middle of a snapshot load: sled still holds
-/// the load's marker.
-fn load_interrupted(c: &Cluster, i: usize) -> bool {
-    let db = sled::open(c.members[i].data_dir.join("member/sm/db")).unwrap();
-    let meta = db.open_tree("mvcc_meta").unwrap();
-    meta.get(b"mvcc/loading").unwrap().is_some()
+/// The generation member `i`'s pointer names (`db` when it has none).
+fn current_generation(c: &Cluster, i: usize) -> String {
+    std::fs::read_to_string(c.members[i].data_dir.join("member/sm/db.current"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "db".into())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +108,7 @@ async fn follower_killed_during_snapshot_installs_ends_with_every_key_and_lease(
     let value = "x".repeat(512);
     let mut want_keys = BTreeMap::new();
     let mut want_leases = BTreeSet::new();
-    let (mut seen, mut interrupted) = (0, 0);
+    let (mut seen, mut before_switch) = (0, 0);
     for round in 0..rounds {
         c.kill(f);
         let id = round as i64 + 1;
@@ -132,26 +135,30 @@ async fn follower_killed_during_snapshot_installs_ends_with_every_key_and_lease(
             want_leases.remove(&id);
             want_keys.retain(|_, l| *l != id);
         }
-        let before = newest_snapshot(&c, f);
+        // Not the newest directory: one staged and not switched to is removed at the start.
+        let before = current_generation(&c, f)
+            .strip_prefix("db.")
+            .map_or(0, |n| n.parse().unwrap());
         c.spawn(f);
         let deadline = Instant::now() + Duration::from_secs(15);
-        while newest_snapshot(&c, f) == before && Instant::now() < deadline {
+        while newest_generation(&c, f) <= before && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        if newest_snapshot(&c, f) != before {
+        let staged = newest_generation(&c, f);
+        if staged > before {
             seen += 1;
         }
         tokio::time::sleep(Duration::from_millis([0, 3, 10, 30, 60][round % 5])).await;
         c.kill(f);
-        if load_interrupted(&c, f) {
-            interrupted += 1;
+        if staged > before && current_generation(&c, f) != format!("db.{staged}") {
+            before_switch += 1;
         }
     }
     eprintln!(
-        "{rounds} rounds: a new snapshot file appeared in {seen}, the kill interrupted the \
-         load in {interrupted}"
+        "{rounds} rounds: a snapshot was being received in {seen}, the kill came before its \
+         switch in {before_switch}"
     );
-    assert!(seen > 0, "the follower never installed a snapshot");
+    assert!(seen > 0, "the follower never received a snapshot");
     c.spawn(f);
 
     let deadline = Instant::now() + Duration::from_secs(30);

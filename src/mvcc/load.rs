@@ -1,4 +1,6 @@
-//! Replacing the whole store with a snapshot's content: [`MvccStore::load`].
+//! Replacing the whole store with a snapshot's content: in place ([`MvccStore::load`]), or
+//! written into a fresh engine aside ([`stage`]) that then replaces the store's own
+//! ([`MvccStore::install_staged`]).
 //!
 //! # Invariants
 //! - A load is atomic with respect to a crash and reopen. The marker [`META_LOADING`] is
@@ -16,6 +18,10 @@
 //!   load builds them from the history records it writes, in revision order (as a dump
 //!   lists them), and derives them from the engine after the load when the records came in
 //!   another order.
+//! - A staged engine is no store's until it is installed: [`stage`] writes it whole (the meta
+//!   tree last) and flushes it; crash safety is the caller's switch, run by
+//!   [`MvccStore::install_staged`] before any handle moves, so a crash leaves the old engine
+//!   or the staged one, each whole.
 //! - A load does not exclude readers (the trees change under them); the caller keeps reads
 //!   out while it runs.
 
@@ -104,12 +110,7 @@ impl MvccStore {
         I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
         E: From<MvccError>,
     {
-        if let Some((k, _)) = meta
-            .iter()
-            .find(|(k, _)| k.starts_with(RESERVED_META_PREFIX))
-        {
-            return Err(MvccError::ReservedMetaKey(k.clone()).into());
-        }
+        check_meta(meta)?;
         let i = &self.inner;
         let _guard = i.apply_lock.lock_or_recover();
         let _no_images = exclude_images(&i.history_gate);
@@ -136,42 +137,9 @@ impl MvccStore {
         engine.write(old_meta)?;
         crash_point(engine)?;
 
-        let mut rev = Batcher::new(engine, Tree::Rev);
-        let mut lease = Batcher::new(engine, Tree::Lease);
-        let mut new_meta = BTreeMap::new();
-        // The index built as the history goes in, in revision order as a dump writes it;
-        // dropped (and derived from the engine after the load, as on open) at the first
-        // record out of order or that does not decode.
-        let mut built = Some((IndexBuilder::default(), LeaseBuilder::default()));
-        for entry in entries {
-            let entry = entry?;
-            check_entries([&entry])?;
-            let (tree, k, v) = entry;
-            match tree.as_str() {
-                REV_TREE => {
-                    if let Some((idx, leases)) = built.as_mut() {
-                        if !matches!(idx.add(&k, &v, &mut |key, l| leases.set(key, l)), Ok(true)) {
-                            built = None;
-                        }
-                    }
-                    rev.insert(k, v)?
-                }
-                LEASE_TREE => lease.insert(k, v)?,
-                META_TREE if k != META_LOADING => {
-                    new_meta.insert(k, Some(v));
-                }
-                _ => {}
-            }
-        }
-        rev.finish()?;
-        lease.finish()?;
+        let (mut new_meta, built) = write_trees(engine, entries)?;
         new_meta.extend(meta.iter().cloned());
-        let mut last = WriteBatch::default();
-        for (k, v) in new_meta {
-            if let Some(v) = v {
-                last.put(Tree::Meta, k, v);
-            }
-        }
+        let mut last = meta_batch(new_meta);
         last.delete(Tree::Meta, META_LOADING);
         engine.write(last)?;
         crash_point(engine)?;
@@ -186,9 +154,134 @@ impl MvccStore {
         }
     }
 
+    /// Makes `fresh`, written by [`stage`], this store's engine: runs `commit` (the caller's
+    /// durable switch to it), then moves every handle of this store's engine to it and takes
+    /// the key and lease indexes from the staging. Applies and images wait meanwhile; readers
+    /// see the old content or the new one (the caller keeps them out if a mix of answers
+    /// across the switch matters). Returns the old engine, for the caller to close. On an
+    /// error of `commit` nothing changes here.
+    pub fn install_staged(
+        &self,
+        fresh: &StoreEngine,
+        staged: Staged,
+        commit: impl FnOnce() -> Result<(), MvccError>,
+    ) -> Result<StoreEngine, MvccError> {
+        let i = &self.inner;
+        let _guard = i.apply_lock.lock_or_recover();
+        let _no_images = exclude_images(&i.history_gate);
+        commit()?;
+        // What was applied and not yet persisted belongs to the old content.
+        i.pending.clear();
+        let old = i.engine.replace(fresh);
+        match staged.built {
+            Some((idx, leases)) => {
+                idx.finish(&i.idx);
+                leases.finish(&i.leases);
+                self.index_rebuilt()?;
+            }
+            None => self.rebuild_index()?,
+        }
+        Ok(old)
+    }
+
     /// Whether a [`Self::load`] was interrupted (by a crash): the store holds a mix of the old
     /// and the new content, and must be loaded again before it is used.
     pub fn load_interrupted(&self) -> Result<bool, MvccError> {
         Ok(self.get_meta(META_LOADING)?.is_some())
     }
+}
+
+/// The trees of `entries` written into `engine` in batches: the history and leases as they
+/// come, the meta tree's entries returned (they go in the caller's last write), with the key
+/// and lease indexes built on the way while the history comes in revision order.
+fn write_trees<I, E>(engine: &StoreEngine, entries: I) -> Result<(MetaWrites, Built), E>
+where
+    I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+    E: From<MvccError>,
+{
+    let mut rev = Batcher::new(engine, Tree::Rev);
+    let mut lease = Batcher::new(engine, Tree::Lease);
+    let mut new_meta = BTreeMap::new();
+    // Dropped (and derived from the engine after the load, as on open) at the first record
+    // out of order or that does not decode.
+    let mut built = Some((IndexBuilder::default(), LeaseBuilder::default()));
+    for entry in entries {
+        let entry = entry?;
+        check_entries([&entry])?;
+        let (tree, k, v) = entry;
+        match tree.as_str() {
+            REV_TREE => {
+                if let Some((idx, leases)) = built.as_mut() {
+                    if !matches!(idx.add(&k, &v, &mut |key, l| leases.set(key, l)), Ok(true)) {
+                        built = None;
+                    }
+                }
+                rev.insert(k, v)?
+            }
+            LEASE_TREE => lease.insert(k, v)?,
+            META_TREE if k != META_LOADING => {
+                new_meta.insert(k, Some(v));
+            }
+            _ => {}
+        }
+    }
+    rev.finish()?;
+    lease.finish()?;
+    Ok((new_meta, built))
+}
+
+/// Refuses caller metadata under the store's own prefix.
+fn check_meta(meta: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), MvccError> {
+    match meta
+        .iter()
+        .find(|(k, _)| k.starts_with(RESERVED_META_PREFIX))
+    {
+        Some((k, _)) => Err(MvccError::ReservedMetaKey(k.clone())),
+        None => Ok(()),
+    }
+}
+
+/// Meta tree writes by key (`None` = delete).
+type MetaWrites = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// The key and lease indexes built from a load's history, if it came in revision order.
+type Built = Option<(IndexBuilder, LeaseBuilder)>;
+
+/// One engine batch writing `writes` into the meta tree.
+fn meta_batch(writes: MetaWrites) -> WriteBatch<'static> {
+    let mut b = WriteBatch::default();
+    for (k, v) in writes {
+        b.set(Tree::Meta, k, v);
+    }
+    b
+}
+
+/// A store's content written into an engine aside by [`stage`], for
+/// [`MvccStore::install_staged`].
+pub struct Staged {
+    built: Built,
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Staged(indexed: {})", self.built.is_some())
+    }
+}
+
+/// Writes `entries` (as [`MvccStore::dump`] lists them) and then `meta` into `fresh`, an empty
+/// engine no store uses, and flushes it: the whole content of a store, ready to replace a
+/// store's engine ([`MvccStore::install_staged`]). Checks each entry as it comes; an error
+/// leaves `fresh` partly written, for the caller to discard. Memory does not grow with the
+/// number of entries beyond the key index being built.
+pub fn stage<I, E>(fresh: &StoreEngine, entries: I, meta: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Staged, E>
+where
+    I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+    E: From<MvccError>,
+{
+    check_meta(meta)?;
+    let (mut new_meta, built) = write_trees(fresh, entries)?;
+    new_meta.extend(meta.iter().cloned());
+    fresh.write(meta_batch(new_meta))?;
+    fresh.flush()?;
+    Ok(Staged { built })
 }

@@ -193,14 +193,13 @@ impl Peer for PeerService {
         let (vote, meta): (Vote, SnapshotMeta) = unblob(&first.header)?;
         let from = vote.leader_id().node_id;
         let installed = async {
-            // Into a file, a chunk at a time; checked and installed by the state machine.
-            let incoming = self.node.sm.receive_snapshot().map_err(fatal)?;
-            let file =
-                crate::raft::net::snapshot_stream::receive(incoming, &meta, first.data, stream)
-                    .await?;
+            // Into an engine generation of its own as it arrives; switched to at the install.
+            let stager = self.node.sm.stage_snapshot(&meta).map_err(fatal)?;
+            let staged =
+                crate::raft::net::snapshot_stream::receive(stager, first.data, stream).await?;
             let snapshot = Snapshot {
                 meta,
-                snapshot: crate::raft::sm::snapshot_data::SnapshotData::File(file),
+                snapshot: crate::raft::sm::snapshot_data::SnapshotData::Staged(staged),
             };
             self.until_stop(self.node.raft.install_full_snapshot(vote, snapshot))
                 .await?

@@ -1,17 +1,16 @@
 //! A snapshot on the wire: the leader's side streams it in [`SNAPSHOT_CHUNK`]s, encoded from
-//! its engine as it goes (or read from a file), the receiving side appends the chunks to a
-//! file.
+//! its engine as it goes (or read from a file), the receiving side writes it into an engine
+//! generation of its own as the chunks arrive (`state_machine::staging`).
 //!
 //! Invariants:
 //! - Neither side holds more than a chunk or two of a snapshot in memory: the sender reads
 //!   the next chunk only when the gRPC stream asks for it (HTTP/2 flow control holds the
-//!   stream back while the peer is behind), the receiver takes the next chunk only once the
-//!   previous one is written.
-//! - The bytes sent are a whole snapshot file's, checksum included: the receiver checks the
-//!   file it assembled before openraft sees it (once: the install does not read it again,
-//!   see `snapshot_file`), so a stream that broke, or ended early because a read failed on
-//!   the sender, fails that send only; it is never installed, and never reaches openraft's
-//!   install, where any error stops the member.
+//!   stream back while the peer is behind), the receiver takes the next chunk only while its
+//!   engine writes keep up (a queue of two chunks).
+//! - The bytes sent are a whole snapshot file's, checksum included: the receiver checks what
+//!   it staged before openraft sees it, so a stream that broke, or ended early because a read
+//!   failed on the sender, fails that send only; it is never installed, and never reaches
+//!   openraft's install, where any error stops the member.
 //! - A send that fails is restarted by openraft with a new snapshot of the current state
 //!   (`snapshot_data`): a retry sends what is current then, and the failed send's image is
 //!   dropped with its stream.
@@ -25,8 +24,8 @@ use crate::proto::kvdpb::SnapshotChunk;
 use crate::raft::error::StoreError;
 use crate::raft::limits::SNAPSHOT_CHUNK;
 use crate::raft::sm::snapshot_data::{Encoder, SnapshotData};
-use crate::raft::sm::snapshot_file::{Incoming, SnapshotFile};
-use crate::raft::types::SnapshotMeta;
+use crate::raft::sm::snapshot_file::SnapshotFile;
+use crate::raft::sm::state_machine::{StagedSnapshot, Stager};
 use crate::sync::LockExt;
 
 /// Why a send stopped early, if it did (a read of the file or of the engine failed).
@@ -79,6 +78,10 @@ pub fn chunks(
     let source = match data {
         SnapshotData::File(file) => Ok(Source::File { file, offset: 0 }),
         SnapshotData::Live(live) => live.encoder().map(Source::Live),
+        // openraft sends what `get_current_snapshot` gives, which is live.
+        SnapshotData::Staged(s) => Err(StoreError::Io(std::io::Error::other(format!(
+            "{s:?} is a received snapshot, installed, never sent"
+        )))),
     };
     let failed = failure.clone();
     let data = futures::stream::unfold(Some(source), move |source| {
@@ -113,47 +116,40 @@ pub fn chunks(
     (futures::stream::iter([first]).chain(data), failure)
 }
 
-fn internal(e: impl std::fmt::Display) -> Status {
-    Status::internal(e.to_string())
-}
-
-/// Appends `first` and then every chunk of `rest` to `incoming`, checks the whole file against
-/// `meta` ([`SnapshotFile::check`]) and hands it over (synced, still a temporary, marked as
-/// checked: see `snapshot_file::adopt`). A broken stream, a failed write or a file that does not check
-/// drops the temporary and fails this send only (`Aborted`: the leader sends again).
+/// Hands `first` and then every chunk of `rest` to `stager`, which writes the snapshot into an
+/// engine generation of its own as it arrives and checks it whole at the end (framing, trees,
+/// checksum, and that it is the snapshot of the `meta` it was staged for: see
+/// `state_machine::staging`). A broken stream, a failed write or a snapshot that does not check
+/// discards the generation and fails this send only (`Aborted`: the leader sends again).
 pub async fn receive(
-    mut incoming: Incoming,
-    meta: &SnapshotMeta,
+    mut stager: Stager,
     first: Vec<u8>,
     mut rest: impl Stream<Item = Result<SnapshotChunk, Status>> + Unpin,
-) -> Result<SnapshotFile, Status> {
+) -> Result<StagedSnapshot, Status> {
     let saved = crate::metrics::timed(&crate::metrics::SNAP_DB_SAVE_SECONDS);
     let mut next = Some(first);
-    loop {
-        if let Some(data) = next.take().filter(|d| !d.is_empty()) {
-            // A write and maybe an fdatasync: off the async workers.
-            incoming =
-                tokio::task::spawn_blocking(move || incoming.append(&data).map(|()| incoming))
-                    .await
-                    .map_err(internal)?
-                    .map_err(internal)?;
+    let mut broken = None;
+    while let Some(data) = next.take() {
+        if stager.push(data).await.is_err() {
+            // The writer stopped: `finish` says why.
+            break;
         }
         match rest.next().await {
-            Some(chunk) => next = Some(chunk?.data),
-            None => break,
+            Some(Ok(chunk)) => next = Some(chunk.data),
+            Some(Err(e)) => broken = Some(e),
+            None => {}
         }
     }
-    let meta = meta.clone();
-    tokio::task::spawn_blocking(move || {
-        let file = incoming.finish().map_err(internal)?;
-        match file.check(&meta) {
-            Ok(checked) => Ok(saved(checked)),
-            Err(e) => {
-                tracing::warn!("refused a received snapshot: {e}");
-                Err(Status::aborted(format!("received snapshot refused: {e}")))
-            }
+    if let Some(e) = broken {
+        // Dropping the stager ends the writer's input early; it discards the generation.
+        drop(stager);
+        return Err(e);
+    }
+    match stager.finish().await {
+        Ok(staged) => Ok(saved(staged)),
+        Err(e) => {
+            tracing::warn!("refused a received snapshot: {e}");
+            Err(Status::aborted(format!("received snapshot refused: {e}")))
         }
-    })
-    .await
-    .map_err(internal)?
+    }
 }

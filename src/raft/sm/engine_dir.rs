@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::raft::error::StoreError;
-#[cfg(test)]
 use crate::sync::LockExt;
 use crate::wal::durable::{create_replacing, parent_dir};
 use crate::wal::{create_dir_durable, sync_tree, WalFs};
@@ -99,7 +98,7 @@ pub fn open_current(fs: &dyn WalFs, sm_dir: &Path) -> io::Result<PathBuf> {
             fs.remove_file(&path)?;
             removed = true;
         } else if generation(&name).is_some() && name != current {
-            tracing::warn!(dir = %path.display(), "removing an engine directory left by a defragmentation");
+            tracing::warn!(dir = %path.display(), "removing an engine directory left by a defragmentation or a snapshot receive");
             fs.remove_dir_all(&path)?;
             removed = true;
         }
@@ -112,25 +111,33 @@ pub fn open_current(fs: &dyn WalFs, sm_dir: &Path) -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// A new, empty directory for the generation after `current`.
+/// A new, empty directory for a generation after `current` and after every other generation
+/// on disk: a defragmentation and a snapshot being received may prepare one each at the same
+/// time, and a discarded one may still be on its way out.
 pub fn prepare_next(fs: &dyn WalFs, current: &Path) -> io::Result<PathBuf> {
+    // Two preparations must not pick the same number.
+    static PREPARING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = PREPARING.lock_or_recover();
     let sm_dir = current.parent().unwrap_or(Path::new("."));
-    let gen = current
+    let name = current
         .file_name()
-        .and_then(|n| generation(&n.to_string_lossy()))
-        .unwrap_or(0);
-    let next = sm_dir.join(name_of(gen + 1));
-    if current_name(fs, sm_dir)? == name_of(gen + 1) {
-        // A switch to it whose outcome is uncertain: the next start decides, not this.
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if current_name(fs, sm_dir)? != name {
+        // A switch whose outcome is uncertain: the next start decides, not this.
         return Err(io::Error::other(format!(
-            "{} is named by {POINTER}; restart the member",
-            next.display()
+            "{POINTER} does not name {}; restart the member",
+            current.display()
         )));
     }
-    if fs.is_dir(&next) {
-        // Made durable by the parent's fsync that creating it again does.
-        fs.remove_dir_all(&next)?;
-    }
+    let newest = fs
+        .list_dir(sm_dir)?
+        .iter()
+        .filter_map(|n| generation(n))
+        .chain(generation(&name))
+        .max()
+        .unwrap_or(0);
+    let next = sm_dir.join(name_of(newest + 1));
     create_dir_durable(fs, &next)?;
     Ok(next)
 }
@@ -248,7 +255,7 @@ pub fn remove_when_closed(fs: Arc<dyn WalFs>, old: PathBuf, patience: Duration) 
             match fs.remove_dir_all(&old) {
                 Ok(()) => {
                     let _ = fs.sync_dir(parent_dir(&old));
-                    tracing::info!(dir = %old.display(), "removed the engine directory defragmentation replaced");
+                    tracing::info!(dir = %old.display(), "removed an engine directory no longer used");
                 }
                 Err(e) => tracing::warn!(dir = %old.display(), error = %e, "removing the old engine directory"),
             }

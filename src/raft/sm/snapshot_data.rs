@@ -34,6 +34,8 @@ pub enum SnapshotData {
     File(SnapshotFile),
     /// The state machine as it was when the snapshot was taken, read as it is sent.
     Live(LiveSnapshot),
+    /// Received from a leader into an engine generation of its own, ready to switch to.
+    Staged(crate::raft::sm::state_machine::StagedSnapshot),
 }
 
 type Entries = Box<dyn Iterator<Item = Result<Entry, StoreError>> + Send>;

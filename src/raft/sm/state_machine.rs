@@ -575,7 +575,9 @@ impl StateMachine {
         self.load_snapshot(meta, entries)
     }
 
-    /// A new received snapshot file in the snapshot directory (see `snapshot_stream`).
+    /// A new snapshot file in the snapshot directory, written as a leader's bytes arrive
+    /// (tests: a received snapshot is staged, see `staging`).
+    #[cfg(test)]
     pub fn receive_snapshot(&self) -> Result<snapshot_file::Incoming, StoreError> {
         snapshot_file::Incoming::create(&self.shared.fs, &self.shared.snap_dir)
     }
@@ -602,6 +604,13 @@ impl StateMachine {
                 (META_INSTALLING.to_vec(), None),
             ],
         )?;
+        self.loaded(meta)
+    }
+
+    /// What follows a snapshot's load or install: the state beside the store (leases, alarms,
+    /// auth, cluster format) read from it, and the applied index and revision announced.
+    fn loaded(&self, meta: &SnapshotMeta) -> Result<(), StoreError> {
+        let mvcc = &self.shared.mvcc;
         self.shared.lessor.sync(&mvcc.leases()?);
         self.reload_alarms()?;
         self.reload_auth()?;
@@ -870,6 +879,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // cannot be loaded would fail every restart. A received file was read through when it
         // arrived and is not read again; any other is read here, before the gates are taken,
         // so reads and defragmentation go on meanwhile.
+        let snapshot = match snapshot {
+            // Received from a leader: already in an engine generation of its own.
+            SnapshotData::Staged(staged) => return Ok(self.install_staged(meta, staged).await?),
+            other => other,
+        };
         let t0 = std::time::Instant::now();
         let dir = self.shared.snap_dir.clone();
         let fs = self.shared.fs.clone();
@@ -878,6 +892,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             SnapshotData::File(file) => snapshot_file::adopt(&fs, file, &dir, &checked_meta),
             // Another member's image (openraft's storage suite installs these).
             SnapshotData::Live(live) => live.write_file(&fs, &dir),
+            SnapshotData::Staged(_) => unreachable!("installed above"),
         })
         .await
         .map_err(io::Error::other)??;
@@ -1012,6 +1027,10 @@ impl Drop for ApplyingSnapshot {
 #[path = "defrag.rs"]
 mod defrag;
 pub use defrag::Defragmented;
+
+#[path = "staging.rs"]
+mod staging;
+pub use staging::{StagedSnapshot, Stager};
 
 #[cfg(test)]
 #[path = "apply_tests.rs"]
