@@ -9,7 +9,8 @@
 # etcd 3.4 in turn, ROUNDS times; the data dirs are removed after each run.
 #
 # Usage: benches/compare/catchup.sh [out-dir]
-# Env:   ROUNDS (1) KEYS (1000000) VAL (1024) SNAP (10000) SYSTEMS ("kvd etcd")
+# Env:   ROUNDS (1) KEYS (1000000) VAL (1024) SNAP (10000) SYSTEMS ("kvd etcd"; NAME=BIN runs
+#        a kvd build under its own name, for A/B runs: SYSTEMS="etcd old=/tmp/kvd-old kvd")
 #        KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/) ETCD_BIN (etcd)
 #        ETCDCTL (etcdctl) SKIP_BUILD=1 KEEP=1 (keep the data dirs)
 set -euo pipefail
@@ -72,7 +73,8 @@ member() {
 }
 
 one() {
-  local sys=$1 round=$2 base=27100
+  local sys=${1%%=*} round=$2 base=27100
+  [[ $1 == *=* ]] && KVD_BIN=${1#*=}
   [[ $sys == etcd ]] && base=27200
   local dir="$OUT/r$round-$sys"
   mkdir -p "$dir"

@@ -5,10 +5,10 @@
 //! - A [`BackupImage`]'s applied log id and membership are those stored with the image's
 //!   data: both come from the meta tree copied under the MVCC apply lock, never from a
 //!   separate read that an apply could move past.
-//! - A restored member holds [`write_restored`]'s snapshot file and its state machine loaded
-//!   from it; on its first start openraft finds applied state beyond its empty log and purges
-//!   the log up to the snapshot, so a member added later receives the data by snapshot, never
-//!   by replaying a log that lacks it.
+//! - A restored member holds [`write_restored`]'s state machine, written straight into its
+//!   engine (no snapshot file), synced before it returns; on its first start openraft finds
+//!   applied state beyond its empty log and purges the log up to it, so a member added later
+//!   receives the data by snapshot, never by replaying a log that lacks it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -18,9 +18,11 @@ use openraft::type_config::alias::LeaderIdOf;
 use openraft::vote::RaftLeaderIdExt;
 
 use crate::mvcc::Image;
-use crate::raft::codec::decode;
+use crate::mvcc::engine::Tree;
+use crate::mvcc::{Engine, StoreEngine};
+use crate::raft::codec::{decode, encode};
 use crate::raft::error::StoreError;
-use crate::raft::sm::snapshot_file;
+use crate::raft::sm::engine_dir;
 use crate::raft::sm::state_machine::{StateMachine, META_LAST_APPLIED, META_MEMBERSHIP};
 use crate::raft::types::{
     LogId, Member, Membership, NodeId, SnapshotMeta, StoredMembership, TypeConfig,
@@ -69,11 +71,11 @@ pub fn restored_log_id() -> LogId {
     )
 }
 
-/// Writes the snapshot a member of a restored cluster starts from into `sm_dir` (the state
-/// machine directory, which must not hold a snapshot yet): `entries` (MVCC trees, as
+/// Writes the state a member of a restored cluster starts from into `sm_dir` (the state
+/// machine directory, whose engine must be empty): `entries` (MVCC trees, as
 /// `mvcc::entries_from_etcd` builds them) under a membership of `members` as voters.
 /// The entries are written as they come (a restore streams them from the backup file); the
-/// first error among them stops the write and nothing is published.
+/// first error among them stops the write, and the caller discards the directory.
 pub fn write_restored<E>(
     sm_dir: &Path,
     members: &BTreeMap<NodeId, Member>,
@@ -94,15 +96,15 @@ where
         last_log_id: Some(log_id),
         last_membership: StoredMembership::new(Some(log_id), membership),
     };
-    let snap_dir = sm_dir.join("snap");
     // The engine is sled's, on the real file system: so is everything beside it.
     let fs: Arc<dyn WalFs> = Arc::new(RealFs);
     crate::wal::create_dir_durable(fs.as_ref(), sm_dir)?;
-    crate::wal::create_dir_durable(fs.as_ref(), &snap_dir)?;
-    if let Some((_, existing)) = snapshot_file::latest(fs.as_ref(), &snap_dir)? {
+    let db = engine_dir::open_current(fs.as_ref(), sm_dir)?;
+    let engine = StoreEngine::open(&db)?;
+    if Tree::ALL.iter().any(|t| engine.iter(*t).next().is_some()) {
         return Err(StoreError::Snapshot {
-            file: existing,
-            reason: "a snapshot already exists: restore into an empty data dir".into(),
+            file: db,
+            reason: "a state machine already exists: restore into an empty data dir".into(),
         });
     }
     let checked = entries.into_iter().map(|e| -> Result<_, StoreError> {
@@ -110,11 +112,22 @@ where
         crate::mvcc::check_entries([&e])?;
         Ok(e)
     });
-    snapshot_file::write::<StoreError>(&fs, &snap_dir, &meta, checked)?.publish()?;
-    // Loading it now, rather than at the member's first start, makes that start an ordinary
-    // one, and proves the snapshot loads before the data dir is handed over.
+    // Straight into the engine, as a received snapshot is staged: a restore that fails
+    // midway leaves a partial engine, which its caller discards with the unfinished data dir.
+    crate::mvcc::stage::<_, StoreError>(
+        &engine,
+        checked,
+        &[
+            (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
+            (META_MEMBERSHIP.to_vec(), Some(encode(&meta.last_membership))),
+        ],
+    )?;
+    drop(engine);
+    engine_dir::sync_engine(fs.as_ref(), &db)?;
+    // Opening it now, rather than at the member's first start, proves it opens before the data
+    // dir is handed over.
     let sm = StateMachine::open(sm_dir)?;
-    sm.store().flush()?;
+    drop(sm);
     Ok(())
 }
 
@@ -167,11 +180,13 @@ mod tests {
         sm.store().range(&all).unwrap().kvs.len()
     }
 
-    /// A restore crashed at every step of its load (the engine flushed up to there) reopens
-    /// with the whole backup; and the restore removes its snapshot file only after the engine
-    /// was synced (sled's flush leaves files and directory entries unsynced).
+    /// A restore writes the state machine straight into its engine and syncs it before it
+    /// returns (sled's flush leaves files and directory entries unsynced); it leaves no
+    /// snapshot file, and the member opens with the whole backup. A restore that fails
+    /// midway (crashed at any step) leaves a directory its caller discards; a restore into an
+    /// engine that holds anything is refused.
     #[test]
-    fn a_restore_is_durable_before_its_snapshot_file_is_removed() {
+    fn a_restore_is_written_into_the_engine_and_synced() {
         let entries = source(200);
         let members = BTreeMap::from([(
             1,
@@ -186,27 +201,26 @@ mod tests {
             let res =
                 write_restored::<StoreError>(d.path(), &members, entries.iter().cloned().map(Ok));
             crash_after(None);
-            if res.is_ok() {
-                let steps = engine_dir::steps(d.path());
-                let removed = steps
-                    .iter()
-                    .position(|s| *s == "snapshot files removed")
-                    .unwrap_or_else(|| panic!("the snapshot file stays: {steps:?}"));
-                assert!(
-                    steps[..removed].contains(&"engine synced"),
-                    "removed before the engine was synced: {steps:?}"
-                );
+            if res.is_err() {
+                crashes += 1;
+                continue;
             }
+            let steps = engine_dir::steps(d.path());
+            assert!(steps.contains(&"engine synced"), "{steps:?}");
             let sm = reopen(d.path());
-            assert_eq!(keys(&sm), 200, "crash at step {n}");
+            assert_eq!(keys(&sm), 200);
             assert_eq!(sm.last_applied().unwrap(), Some(restored_log_id()));
-            assert!(snapshot_file::latest(&RealFs, &d.path().join("snap"))
-                .unwrap()
-                .is_none());
-            if res.is_ok() {
-                break;
-            }
-            crashes += 1;
+            assert!(
+                crate::raft::sm::snapshot_file::latest(&RealFs, &d.path().join("snap"))
+                    .unwrap()
+                    .is_none()
+            );
+            drop(sm);
+            let again =
+                write_restored::<StoreError>(d.path(), &members, entries.iter().cloned().map(Ok));
+            assert!(again.is_err(), "restored over a state machine");
+            assert_eq!(keys(&reopen(d.path())), 200);
+            break;
         }
         assert!(crashes >= 2, "only {crashes} crash points");
     }

@@ -318,6 +318,22 @@ mod tests {
         assert_eq!(prepare_next(&RealFs, &next).unwrap(), sm.join("db.2"));
     }
 
+    /// A defragmentation and a snapshot being received prepare a generation each at the same
+    /// time: they get different directories, past any on disk, and neither empties the other.
+    #[test]
+    fn generations_prepared_side_by_side_are_distinct() {
+        let d = tempfile::tempdir().unwrap();
+        let sm = d.path();
+        let first = open_current(&RealFs, sm).unwrap();
+        let a = prepare_next(&RealFs, &first).unwrap();
+        fs::write(a.join("data"), b"a").unwrap();
+        let b = prepare_next(&RealFs, &first).unwrap();
+        assert_eq!((a.clone(), b.clone()), (sm.join("db.1"), sm.join("db.2")));
+        assert_eq!(fs::read(a.join("data")).unwrap(), b"a", "left alone");
+        switch_to(&RealFs, &b).unwrap();
+        assert_eq!(prepare_next(&RealFs, &b).unwrap(), sm.join("db.3"));
+    }
+
     #[test]
     fn a_pointer_naming_a_missing_generation_stops_the_start_and_removes_nothing() {
         let d = tempfile::tempdir().unwrap();

@@ -14,15 +14,18 @@
 //!   `--snapshot-count` entries) only makes the engine durable up to the image, because
 //!   openraft may purge the log below it right after. Sending one takes a new image of the
 //!   current state and encodes it as the stream asks (`snapshot_data`). A received snapshot
-//!   is a file until it is loaded, then removed. No snapshot is ever held in memory.
+//!   is written into an engine generation of its own as it arrives and switched to at the
+//!   install (`staging`). No snapshot is ever held in memory.
 //! - The lessor (in-memory lease expiries) hears of a batch's grants and revokes after the
 //!   batch commits and before any of its proposers is answered.
-//! - Installing a snapshot is crash-safe: the received file is read through and checked first
-//!   (only a loadable snapshot becomes the newest file), it is renamed into place durably
-//!   next, then the trees are replaced by `MvccStore::load_from`, streaming from the file,
-//!   which keeps its own marker until its last write (the meta tree with last-applied and
-//!   membership); a restart that finds the marker (or an engine older than the newest
-//!   snapshot) reinstalls from the file.
+//! - Installing a snapshot is crash-safe. A received one is a whole, durable engine
+//!   generation before the durable switch to it (`staging`), so a crash leaves the old
+//!   generation or the new one. A snapshot file (a restore's, or another member's in tests)
+//!   is read through and checked first (only a loadable snapshot becomes the newest file), it
+//!   is renamed into place durably next, then the trees are replaced by
+//!   `MvccStore::load_from`, streaming from the file, which keeps its own marker until its
+//!   last write (the meta tree with last-applied and membership); a restart that finds the
+//!   marker (or an engine older than the newest snapshot) reinstalls from the file.
 //! - Snapshot files (received, restored, or left by older versions) are written and removed
 //!   under `snap_io` only. One is removed once the engine is durable past it: after its
 //!   load, or at open when the engine is at least as new, and in both cases only after
