@@ -211,7 +211,7 @@ mod tests {
             assert_eq!(keys(&sm), 200);
             assert_eq!(sm.last_applied().unwrap(), Some(restored_log_id()));
             assert!(
-                crate::raft::sm::snapshot_file::latest(&RealFs, &d.path().join("snap"))
+                snapshot_file::latest(&RealFs, &d.path().join("snap"))
                     .unwrap()
                     .is_none()
             );
