@@ -262,6 +262,14 @@ pub struct Staged {
     built: Built,
 }
 
+impl Staged {
+    /// Whether the history came in revision order and every record of it decoded, so the key
+    /// index was built as it came (otherwise the install derives it from the engine).
+    pub fn indexed(&self) -> bool {
+        self.built.is_some()
+    }
+}
+
 impl std::fmt::Debug for Staged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Staged(indexed: {})", self.built.is_some())
@@ -273,7 +281,11 @@ impl std::fmt::Debug for Staged {
 /// store's engine ([`MvccStore::install_staged`]). Checks each entry as it comes; an error
 /// leaves `fresh` partly written, for the caller to discard. Memory does not grow with the
 /// number of entries beyond the key index being built.
-pub fn stage<I, E>(fresh: &StoreEngine, entries: I, meta: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Staged, E>
+pub fn stage<I, E>(
+    fresh: &StoreEngine,
+    entries: I,
+    meta: &[(Vec<u8>, Option<Vec<u8>>)],
+) -> Result<Staged, E>
 where
     I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
     E: From<MvccError>,

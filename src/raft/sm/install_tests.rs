@@ -462,7 +462,10 @@ async fn an_uncertain_switch_to_a_staged_snapshot_refuses_writes_and_a_restart_i
     let staged = receive(&sm, &snap).await;
     crate::raft::sm::engine_dir::fail_sync_after_rename(d.path());
     let e = sm.install_snapshot(&snap.meta, staged).await.unwrap_err();
-    assert!(e.to_string().contains("uncertain") || e.to_string().contains("switch"), "{e}");
+    assert!(
+        e.to_string().contains("uncertain") || e.to_string().contains("switch"),
+        "{e}"
+    );
     let nothing = futures::stream::iter(Vec::<
         Result<openraft::storage::EntryResponder<crate::raft::types::TypeConfig>, std::io::Error>,
     >::new());

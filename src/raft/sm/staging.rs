@@ -27,7 +27,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{blocking, ApplyingSnapshot, StateMachine, META_INSTALLING, META_LAST_APPLIED, META_MEMBERSHIP};
+use super::{
+    blocking, ApplyingSnapshot, StateMachine, META_INSTALLING, META_LAST_APPLIED, META_MEMBERSHIP,
+};
 use crate::mvcc::{MvccError, Staged, StorageError, StoreEngine};
 use crate::raft::codec::encode;
 use crate::raft::error::StoreError;
@@ -61,7 +63,12 @@ pub struct StagedSnapshot {
 
 impl std::fmt::Debug for StagedSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StagedSnapshot({:?} in {})", self.meta.last_log_id, self.dir.display())
+        write!(
+            f,
+            "StagedSnapshot({:?} in {})",
+            self.meta.last_log_id,
+            self.dir.display()
+        )
     }
 }
 
@@ -278,7 +285,10 @@ fn stage(
             reader,
             &[
                 (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
-                (META_MEMBERSHIP.to_vec(), Some(encode(&meta.last_membership))),
+                (
+                    META_MEMBERSHIP.to_vec(),
+                    Some(encode(&meta.last_membership)),
+                ),
                 (META_INSTALLING.to_vec(), None),
             ],
         )?;
