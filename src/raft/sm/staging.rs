@@ -27,11 +27,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{
-    blocking, ApplyingSnapshot, StateMachine, META_INSTALLING, META_LAST_APPLIED, META_MEMBERSHIP,
-};
+use super::{blocking, snapshot_meta_writes, ApplyingSnapshot, StateMachine};
 use crate::mvcc::{MvccError, Staged, StorageError, StoreEngine};
-use crate::raft::codec::encode;
 use crate::raft::error::StoreError;
 use crate::raft::sm::engine_dir;
 use crate::raft::sm::snapshot_file;
@@ -279,19 +276,7 @@ fn stage(
                 ),
             });
         }
-        let meta = &staged.meta;
-        let done = crate::mvcc::stage(
-            engine,
-            reader,
-            &[
-                (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
-                (
-                    META_MEMBERSHIP.to_vec(),
-                    Some(encode(&meta.last_membership)),
-                ),
-                (META_INSTALLING.to_vec(), None),
-            ],
-        )?;
+        let done = crate::mvcc::stage(engine, reader, &snapshot_meta_writes(&staged.meta))?;
         let synced = crate::metrics::timed(&crate::metrics::SNAP_DB_FSYNC_SECONDS);
         synced(engine_dir::sync_engine(staged.fs.as_ref(), &staged.dir))?;
         Ok(done)

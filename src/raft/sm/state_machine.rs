@@ -596,17 +596,7 @@ impl StateMachine {
         // The dump carries the snapshot's own last-applied and membership; the meta's are
         // written over them, with the load's last write, in case the dump was taken by an
         // older layout.
-        mvcc.load_from(
-            entries,
-            &[
-                (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
-                (
-                    META_MEMBERSHIP.to_vec(),
-                    Some(encode(&meta.last_membership)),
-                ),
-                (META_INSTALLING.to_vec(), None),
-            ],
-        )?;
+        mvcc.load_from(entries, &snapshot_meta_writes(meta))?;
         self.loaded(meta)
     }
 
@@ -625,6 +615,20 @@ impl StateMachine {
             .send_replace(mvcc.current_revision());
         Ok(())
     }
+}
+
+/// The meta writes that end a snapshot's load or staging: its last-applied log id and
+/// membership, written over whatever the entries carried (a dump taken by an older layout may
+/// lack them), and no install marker.
+pub(crate) fn snapshot_meta_writes(meta: &SnapshotMeta) -> [(Vec<u8>, Option<Vec<u8>>); 3] {
+    [
+        (META_LAST_APPLIED.to_vec(), Some(encode(&meta.last_log_id))),
+        (
+            META_MEMBERSHIP.to_vec(),
+            Some(encode(&meta.last_membership)),
+        ),
+        (META_INSTALLING.to_vec(), None),
+    ]
 }
 
 /// What applying one entry answers its proposer.
