@@ -8,10 +8,12 @@
 //! - Only a file read through once and found whole is renamed to a final name ([`adopt`]), so
 //!   the newest snapshot, which a restart may load, always loads.
 //! - A file is read through to check it once per process: a received file checked by
-//!   [`SnapshotFile::check`] carries a [`Checked`] (which only that read makes) and [`adopt`]
+//!   `SnapshotFile::check` carries a [`Checked`] (which only that read makes) and [`adopt`]
 //!   does not read it again; any other file (opened from disk, copied from elsewhere) is read
 //!   through by [`adopt`]. Between the check and the install the file is this process's own
-//!   temporary, which nothing else writes.
+//!   temporary, which nothing else writes. kvd itself receives snapshots into an engine
+//!   generation (`staging`), not a file: received files (`Incoming`, `check`) exist in tests
+//!   only, which install them to exercise the load path that older releases' files take.
 //! - Nothing here holds a snapshot in memory: files are written and read one entry (or one
 //!   chunk) at a time.
 //! - Every write, sync, rename and removal goes through the `WalFs` the caller gives (the
@@ -28,7 +30,7 @@ use std::sync::Arc;
 #[cfg(test)]
 use crate::sync::LockExt;
 
-use crate::metrics::{timed, SNAP_DB_FSYNC_SECONDS, SNAP_FSYNC_SECONDS};
+use crate::metrics::{timed, SNAP_FSYNC_SECONDS};
 use crate::raft::error::StoreError;
 pub use crate::raft::sm::snapshot_format::Entry;
 use crate::raft::sm::snapshot_format::{self, Reader, Writer};
@@ -231,6 +233,8 @@ impl SnapshotFile {
     /// assembled before openraft sees it: a stream that ended early (the sender's file shrank
     /// under it) is then an error of that one send, which the leader retries, instead of a
     /// failed install, which openraft treats as a storage error that stops the member.
+    /// (Tests only: kvd stages what it receives, `staging`.)
+    #[cfg(test)]
     pub fn check(mut self, meta: &SnapshotMeta) -> Result<SnapshotFile, StoreError> {
         read_through(&self.path, self.len, meta)?;
         self.checked = Some(Checked { meta: meta.clone() });
@@ -254,13 +258,16 @@ impl SnapshotFile {
 }
 
 /// A snapshot being received: chunks are appended (paced) to a temporary in the snapshot
-/// directory.
+/// directory. (Tests only: kvd stages what it receives into an engine generation, `staging`;
+/// tests still install received files through [`adopt`].)
+#[cfg(test)]
 pub struct Incoming {
     out: Paced,
     temp: Temp,
     len: u64,
 }
 
+#[cfg(test)]
 impl Incoming {
     /// A new, empty received snapshot in `dir`, written through `fs`.
     pub fn create(fs: &Arc<dyn WalFs>, dir: &Path) -> Result<Incoming, StoreError> {
@@ -281,7 +288,7 @@ impl Incoming {
 
     /// Syncs the file and hands it over, still a temporary, for [`adopt`].
     pub fn finish(mut self) -> Result<SnapshotFile, StoreError> {
-        let synced = timed(&SNAP_DB_FSYNC_SECONDS);
+        let synced = timed(&crate::metrics::SNAP_DB_FSYNC_SECONDS);
         synced(self.out.file.sync_all())?;
         let path = self.temp.path.clone().expect("not renamed yet");
         Ok(SnapshotFile {
