@@ -9,7 +9,9 @@
 //!
 //! # Invariants
 //! - Outside `cfg(test)` a crash point has no effect; under test it fires only on the thread
-//!   that armed it, so tests running in parallel do not crash each other's stores.
+//!   that armed it, so tests running in parallel do not crash each other's stores. Work handed
+//!   to a helper thread takes the armed count along ([`Armed::take`], [`Armed::enter`]) and
+//!   gives back what is left, so its crash points count as the arming thread's.
 
 #[cfg(test)]
 use super::engine::Engine;
@@ -43,4 +45,28 @@ pub fn crash_point(engine: &StoreEngine) -> Result<(), MvccError> {
     #[cfg(not(test))]
     let _ = engine;
     Ok(())
+}
+
+/// The crash count of one thread, carried to a helper thread and back. Empty outside
+/// `cfg(test)`.
+#[derive(Debug, Default)]
+pub struct Armed {
+    #[cfg(test)]
+    left: Option<usize>,
+}
+
+impl Armed {
+    /// Takes this thread's armed count (disarming it here).
+    pub fn take() -> Armed {
+        Armed {
+            #[cfg(test)]
+            left: LEFT.with(|l| l.take()),
+        }
+    }
+
+    /// Arms this thread with the count taken.
+    pub fn enter(self) {
+        #[cfg(test)]
+        LEFT.with(|l| l.set(self.left));
+    }
 }

@@ -22,16 +22,20 @@
 //!   tree last) and flushes it; crash safety is the caller's switch, run by
 //!   [`MvccStore::install_staged`] before any handle moves, so a crash leaves the old engine
 //!   or the staged one, each whole.
+//! - A load's entries are decoded (and the indexes built) on the caller's thread while a second
+//!   thread writes the engine batches, in the order they were made: when either stops, the
+//!   engine holds a prefix of the batches, as above.
 //! - A load does not exclude readers (the trees change under them); the caller keeps reads
 //!   out while it runs.
 
 use std::collections::BTreeMap;
+use std::sync::mpsc::{sync_channel, SyncSender};
 
 use crate::sync::LockExt;
 
 use super::engine::{Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
 use super::error::MvccError;
-use super::failpoint::crash_point;
+use super::failpoint::{crash_point, Armed};
 use super::index::lease::LeaseBuilder;
 use super::index::mem::IndexBuilder;
 use super::{exclude_images, MvccStore, LEASE_TREE, META_TREE, RESERVED_META_PREFIX, REV_TREE};
@@ -55,23 +59,30 @@ pub fn check_entries<'a>(
     Ok(())
 }
 
-/// Collects writes to one tree into engine batches of [`BATCH`].
+/// Engine batches queued between the thread that decodes a load's entries and the one that
+/// writes them (see [`write_trees`]).
+const QUEUED_BATCHES: usize = 2;
+
+/// The writing thread has stopped (on an engine error, which it returns).
+struct WriterStopped;
+
+/// Collects writes to one tree into engine batches of [`BATCH`], handed to the writing thread.
 struct Batcher<'a> {
-    engine: &'a StoreEngine,
+    to_writer: &'a SyncSender<WriteBatch<'static>>,
     tree: Tree,
     batch: WriteBatch<'static>,
 }
 
 impl<'a> Batcher<'a> {
-    fn new(engine: &'a StoreEngine, tree: Tree) -> Self {
+    fn new(to_writer: &'a SyncSender<WriteBatch<'static>>, tree: Tree) -> Self {
         Batcher {
-            engine,
+            to_writer,
             tree,
             batch: WriteBatch::default(),
         }
     }
 
-    fn insert(&mut self, k: Vec<u8>, v: Vec<u8>) -> Result<(), MvccError> {
+    fn insert(&mut self, k: Vec<u8>, v: Vec<u8>) -> Result<(), WriterStopped> {
         self.batch.put(self.tree, k, v);
         if self.batch.len() >= BATCH {
             self.finish()?;
@@ -79,10 +90,11 @@ impl<'a> Batcher<'a> {
         Ok(())
     }
 
-    fn finish(&mut self) -> Result<(), MvccError> {
+    fn finish(&mut self) -> Result<(), WriterStopped> {
         if !self.batch.is_empty() {
-            self.engine.write(std::mem::take(&mut self.batch))?;
-            crash_point(self.engine)?;
+            self.to_writer
+                .send(std::mem::take(&mut self.batch))
+                .map_err(|_| WriterStopped)?;
         }
         Ok(())
     }
@@ -194,13 +206,59 @@ impl MvccStore {
 /// The trees of `entries` written into `engine` in batches: the history and leases as they
 /// come, the meta tree's entries returned (they go in the caller's last write), with the key
 /// and lease indexes built on the way while the history comes in revision order.
+///
+/// The entries are decoded (and the indexes built) on the calling thread while a second
+/// thread writes the batches, in the order they were made, so the engine holds a prefix of
+/// them whenever it stops. An engine error stops both; an entry's error stops the decoding,
+/// and the batches made before it are written.
 fn write_trees<I, E>(engine: &StoreEngine, entries: I) -> Result<(MetaWrites, Built), E>
 where
     I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
     E: From<MvccError>,
 {
-    let mut rev = Batcher::new(engine, Tree::Rev);
-    let mut lease = Batcher::new(engine, Tree::Lease);
+    let armed = Armed::take();
+    let (to_writer, batches) = sync_channel::<WriteBatch<'static>>(QUEUED_BATCHES);
+    std::thread::scope(|s| {
+        // As `thread::spawn`, panics only when the system cannot start a thread.
+        let writer = std::thread::Builder::new()
+            .name("kvd-load-writer".into())
+            .spawn_scoped(s, move || {
+                armed.enter();
+                let written = batches.into_iter().try_for_each(|b| {
+                    engine.write(b)?;
+                    crash_point(engine)
+                });
+                (written, Armed::take())
+            })
+            .expect("starting the engine writer thread");
+        let decoded = decode_trees(entries, &to_writer);
+        drop(to_writer);
+        let (written, armed) = writer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        armed.enter();
+        written?;
+        match decoded? {
+            Ok(done) => Ok(done),
+            Err(WriterStopped) => {
+                Err(MvccError::corrupt("the engine writer stopped without an error").into())
+            }
+        }
+    })
+}
+
+/// The decoding half of [`write_trees`]: batches sent to the writer, the meta writes and the
+/// indexes returned; `Ok(Err(WriterStopped))` when the writer stopped first.
+fn decode_trees<I, E>(
+    entries: I,
+    to_writer: &SyncSender<WriteBatch<'static>>,
+) -> Result<Result<(MetaWrites, Built), WriterStopped>, E>
+where
+    I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+    E: From<MvccError>,
+{
+    let mut rev = Batcher::new(to_writer, Tree::Rev);
+    let mut lease = Batcher::new(to_writer, Tree::Lease);
     let mut new_meta = BTreeMap::new();
     // Dropped (and derived from the engine after the load, as on open) at the first record
     // out of order or that does not decode.
@@ -209,25 +267,30 @@ where
         let entry = entry?;
         check_entries([&entry])?;
         let (tree, k, v) = entry;
-        match tree.as_str() {
+        let sent = match tree.as_str() {
             REV_TREE => {
                 if let Some((idx, leases)) = built.as_mut() {
                     if !matches!(idx.add(&k, &v, &mut |key, l| leases.set(key, l)), Ok(true)) {
                         built = None;
                     }
                 }
-                rev.insert(k, v)?
+                rev.insert(k, v)
             }
-            LEASE_TREE => lease.insert(k, v)?,
+            LEASE_TREE => lease.insert(k, v),
             META_TREE if k != META_LOADING => {
                 new_meta.insert(k, Some(v));
+                Ok(())
             }
-            _ => {}
+            _ => Ok(()),
+        };
+        if let Err(stopped) = sent {
+            return Ok(Err(stopped));
         }
     }
-    rev.finish()?;
-    lease.finish()?;
-    Ok((new_meta, built))
+    Ok(rev
+        .finish()
+        .and_then(|()| lease.finish())
+        .map(|()| (new_meta, built)))
 }
 
 /// Refuses caller metadata under the store's own prefix.
