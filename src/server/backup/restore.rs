@@ -4,9 +4,12 @@
 //! the compacted revision kept.
 //!
 //! # Invariants
-//! - The file's hash is checked before anything is created; its content is checked as it is
-//!   streamed into the new member's snapshot (memory: the leases and the keys live with a
-//!   lease, never the history), and the first error stops the restore with nothing left.
+//! - The file's hash is checked by a thread of its own while the restore writes under the
+//!   temporary sibling (below), and is waited for before the data dir is put in place: a
+//!   file whose hash fails leaves nothing, and the hash's error is the one reported, ahead of
+//!   any error of the content. The content is checked as it is streamed into the new
+//!   member's snapshot (memory: the leases and the keys live with a lease, never the
+//!   history), and the first error stops the restore with nothing left.
 //! - The data dir is assembled under a temporary sibling and renamed into place last, so a
 //!   crash leaves either no data dir or a complete one.
 
@@ -72,12 +75,12 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
         parse_initial_cluster(&o.name, Some(&o.initial_cluster), &advertise).map_err(flags)?;
     let ident = identity::new_cluster(&o.name, &advertise, &cluster, &o.initial_cluster_token);
 
-    check_trailer(&o.file, o.skip_hash_check)?;
+    let mut hash = HashCheck::start(&o.file, o.skip_hash_check);
     let Small {
         leases,
         compacted,
         auth,
-    } = read_small_buckets(&o.file)?;
+    } = hash.first(read_small_buckets(&o.file))?;
 
     // The engine is sled's, on the real file system: so is everything kvd writes beside it.
     let fs = &RealFs;
@@ -130,9 +133,10 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
                     .map(|(k, v)| Ok((META_TREE.to_string(), k, v))),
             ),
     );
-    if let Err(e) = written {
+    let written = written.map_err(|e| failure.unwrap_or(BackupError::Store(e)));
+    if let Err(e) = hash.first(written).and_then(|()| hash.wait()) {
         let _ = fs.remove_dir_all(&part);
-        return Err(failure.unwrap_or(BackupError::Store(e)));
+        return Err(e);
     }
     let (revision, keys) = (entries.current(), entries.history_len());
     put_in_place(fs, &part, &o.data_dir, &ident)?;
@@ -168,6 +172,67 @@ fn part_dir(data_dir: &Path) -> PathBuf {
     let mut s = data_dir.as_os_str().to_owned();
     s.push(".restoring");
     PathBuf::from(s)
+}
+
+/// The check of a backup's sha256 trailer, run by a thread beside the restore (see the module
+/// doc). Dropping it waits for the thread.
+struct HashCheck {
+    thread: Option<std::thread::JoinHandle<Result<(), BackupError>>>,
+    /// The outcome, when the thread could not be started and the check ran here.
+    here: Option<Result<(), BackupError>>,
+}
+
+impl HashCheck {
+    fn start(path: &Path, skip: bool) -> HashCheck {
+        let file = path.to_path_buf();
+        match std::thread::Builder::new()
+            .name("kvd-restore-hash".into())
+            .spawn(move || check_trailer(&file, skip))
+        {
+            Ok(t) => HashCheck {
+                thread: Some(t),
+                here: None,
+            },
+            Err(_) => HashCheck {
+                thread: None,
+                here: Some(check_trailer(path, skip)),
+            },
+        }
+    }
+
+    /// `then`, unless it failed and so did the check: the check's error (a missing or wrong
+    /// hash) goes ahead of `then`'s, as when etcdctl checks the hash first.
+    fn first<T>(&mut self, then: Result<T, BackupError>) -> Result<T, BackupError> {
+        if then.is_err() {
+            self.wait()?;
+        }
+        then
+    }
+
+    /// Waits for the check and returns its outcome (a passed check passes again).
+    fn wait(&mut self) -> Result<(), BackupError> {
+        if let Some(t) = self.thread.take() {
+            self.here = Some(
+                t.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+        }
+        match self.here.take() {
+            Some(Err(e)) => Err(e),
+            passed => {
+                self.here = passed;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for HashCheck {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Checks the sha256 trailer as etcdctl does: required unless `skip`, and must match.

@@ -100,3 +100,58 @@ fn a_restore_with_a_wal_dir_makes_it_empty_and_names_it() {
         format!("{:x} {:x}\n", r.cluster_id, r.member_id)
     );
 }
+
+/// The hash is checked beside the restore, not before it: a wrong hash over good content is
+/// found after the history was written, and a damaged file reports its hash (as etcdctl,
+/// which checks it first) ahead of the content's error; both leave nothing.
+#[test]
+fn a_wrong_hash_is_reported_first_and_leaves_nothing() {
+    use sha2::{Digest, Sha256};
+    let d = tempfile::tempdir().unwrap();
+    let plain = d.path().join("plain.db");
+    backup(&plain, 3000, true);
+    let body = std::fs::read(&plain).unwrap();
+    let with = |body: &[u8], trailer: &[u8]| {
+        let f = d.path().join(format!("b{}.db", trailer[0]));
+        std::fs::write(&f, [body, trailer].concat()).unwrap();
+        f
+    };
+    let sum: [u8; TRAILER_LEN] = Sha256::digest(&body).into();
+    let checked = |file: &Path, data: &Path| {
+        let mut o = options(file, data);
+        o.skip_hash_check = false;
+        restore(&o)
+    };
+
+    let data = d.path().join("ok");
+    let r = checked(&with(&body, &sum), &data).unwrap();
+    assert_eq!(r.keys, 3000);
+
+    let mut wrong = sum;
+    wrong[0] ^= 1;
+    let data = d.path().join("wrong-hash");
+    assert!(matches!(
+        checked(&with(&body, &wrong), &data),
+        Err(BackupError::HashMismatch { .. })
+    ));
+    assert!(!data.exists());
+    assert!(!part_dir(&data).exists());
+
+    // Every page of the history zeroed: the content does not decode, the hash wins.
+    let mut damaged = body.clone();
+    let half = damaged.len() / 2;
+    damaged[4096..half].fill(0);
+    let data = d.path().join("damaged");
+    let mut trailer = sum;
+    trailer[0] = trailer[0].wrapping_add(2);
+    match checked(&with(&damaged, &trailer), &data) {
+        Err(BackupError::HashMismatch { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(!data.exists());
+    assert!(!part_dir(&data).exists());
+    // The content error itself, without the hash.
+    let mut o = options(&with(&damaged, &trailer), &d.path().join("skipped"));
+    o.skip_hash_check = true;
+    assert!(restore(&o).is_err());
+}
