@@ -34,7 +34,7 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 use crate::sync::LockExt;
 
 use super::engine::{Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
-use super::error::MvccError;
+use super::error::{MvccError, StorageError};
 use super::failpoint::{crash_point, Armed};
 use super::index::lease::LeaseBuilder;
 use super::index::mem::IndexBuilder;
@@ -219,7 +219,6 @@ where
     let armed = Armed::take();
     let (to_writer, batches) = sync_channel::<WriteBatch<'static>>(QUEUED_BATCHES);
     std::thread::scope(|s| {
-        // As `thread::spawn`, panics only when the system cannot start a thread.
         let writer = std::thread::Builder::new()
             .name("kvd-load-writer".into())
             .spawn_scoped(s, move || {
@@ -230,7 +229,9 @@ where
                 });
                 (written, Armed::take())
             })
-            .expect("starting the engine writer thread");
+            .map_err(|e| {
+                MvccError::Storage(StorageError::caused("starting the engine writer thread", e))
+            })?;
         let decoded = decode_trees(entries, &to_writer);
         drop(to_writer);
         let (written, armed) = writer
@@ -240,9 +241,11 @@ where
         written?;
         match decoded? {
             Ok(done) => Ok(done),
-            Err(WriterStopped) => {
-                Err(MvccError::corrupt("the engine writer stopped without an error").into())
-            }
+            // The writer stops early only on an error, returned above.
+            Err(WriterStopped) => Err(MvccError::Storage(StorageError::new(
+                "the engine writer stopped without an error",
+            ))
+            .into()),
         }
     })
 }

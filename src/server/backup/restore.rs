@@ -4,12 +4,13 @@
 //! the compacted revision kept.
 //!
 //! # Invariants
-//! - The file's hash is checked by a thread of its own while the restore writes under the
-//!   temporary sibling (below), and is waited for before the data dir is put in place: a
-//!   file whose hash fails leaves nothing, and the hash's error is the one reported, ahead of
-//!   any error of the content. The content is checked as it is streamed into the new
-//!   member's snapshot (memory: the leases and the keys live with a lease, never the
-//!   history), and the first error stops the restore with nothing left.
+//! - A file without a hash is refused before anything is created. The hash is checked by a
+//!   thread of its own while the restore writes under the temporary sibling (below), and is
+//!   waited for before the data dir is put in place: a file whose hash fails leaves nothing,
+//!   and the hash's error is the one reported, ahead of any error of the content. The
+//!   content is checked as it is streamed into the new member's snapshot (memory: the leases
+//!   and the keys live with a lease, never the history), and the first error stops the
+//!   restore with nothing left.
 //! - The data dir is assembled under a temporary sibling and renamed into place last, so a
 //!   crash leaves either no data dir or a complete one.
 
@@ -75,7 +76,7 @@ pub fn restore(o: &RestoreOptions) -> Result<Restored, BackupError> {
         parse_initial_cluster(&o.name, Some(&o.initial_cluster), &advertise).map_err(flags)?;
     let ident = identity::new_cluster(&o.name, &advertise, &cluster, &o.initial_cluster_token);
 
-    let mut hash = HashCheck::start(&o.file, o.skip_hash_check);
+    let mut hash = HashCheck::start(&o.file, o.skip_hash_check)?;
     let Small {
         leases,
         compacted,
@@ -183,21 +184,37 @@ struct HashCheck {
 }
 
 impl HashCheck {
-    fn start(path: &Path, skip: bool) -> HashCheck {
-        let file = path.to_path_buf();
-        match std::thread::Builder::new()
-            .name("kvd-restore-hash".into())
-            .spawn(move || check_trailer(&file, skip))
-        {
-            Ok(t) => HashCheck {
-                thread: Some(t),
-                here: None,
-            },
-            Err(_) => HashCheck {
-                thread: None,
-                here: Some(check_trailer(path, skip)),
-            },
+    /// Starts the check; a file without a trailer is refused here, before anything is
+    /// written (unless `skip`), since that takes no reading.
+    fn start(path: &Path, skip: bool) -> Result<HashCheck, BackupError> {
+        let len = std::fs::metadata(path)
+            .map_err(BackupError::io(path))?
+            .len();
+        if !has_trailer(len) {
+            return match skip {
+                true => Ok(HashCheck {
+                    thread: None,
+                    here: Some(Ok(())),
+                }),
+                false => Err(BackupError::MissingHash),
+            };
         }
+        let file = path.to_path_buf();
+        Ok(
+            match std::thread::Builder::new()
+                .name("kvd-restore-hash".into())
+                .spawn(move || check_trailer(&file, skip))
+            {
+                Ok(t) => HashCheck {
+                    thread: Some(t),
+                    here: None,
+                },
+                Err(_) => HashCheck {
+                    thread: None,
+                    here: Some(check_trailer(path, skip)),
+                },
+            },
+        )
     }
 
     /// `then`, unless it failed and so did the check: the check's error (a missing or wrong
