@@ -30,6 +30,10 @@ pub(crate) trait View {
         f: &mut dyn FnMut(&[u8], &KeyIndex) -> bool,
     ) -> Result<(), MvccError>;
     fn record(&self, rev: Revision) -> Result<Option<Record>, MvccError>;
+    /// The record of each of `revs`, in the order given.
+    fn records(&self, revs: &[Revision]) -> Result<Vec<Option<Record>>, MvccError> {
+        revs.iter().map(|r| self.record(*r)).collect()
+    }
 }
 
 /// The applied state: the in-memory index and the trees (pending buffer over the engine),
@@ -79,6 +83,30 @@ impl View for Applied<'_> {
             .map(|v| Record::decode(&v))
             .transpose()
     }
+
+    /// The pending buffer first, as [`View::record`]; the rest from the engine in one
+    /// [`Engine::get_many`], in revision order (the order of the history tree's keys), so
+    /// records written together are read together.
+    fn records(&self, revs: &[Revision]) -> Result<Vec<Option<Record>>, MvccError> {
+        let mut out: Vec<Option<Record>> = Vec::with_capacity(revs.len());
+        let mut stored = Vec::new();
+        for (i, r) in revs.iter().enumerate() {
+            match self.pending.rev(*r) {
+                Some(v) => out.push(v.map(|v| Record::decode(&v)).transpose()?),
+                None => {
+                    out.push(None);
+                    stored.push((r.to_bytes(), i));
+                }
+            }
+        }
+        stored.sort_unstable();
+        let keys: Vec<&[u8]> = stored.iter().map(|(k, _)| &k[..]).collect();
+        let values = self.engine.get_many(Tree::Rev, &keys)?;
+        for ((_, i), v) in stored.iter().zip(values) {
+            out[*i] = v.map(|v| Record::decode(&v)).transpose()?;
+        }
+        Ok(out)
+    }
 }
 
 /// The live value of every key of `kr` at revision `rev`, in key order, at most `limit`
@@ -107,13 +135,13 @@ pub(crate) fn live_kvs(
         }
         stop_at != Some(count)
     })?;
-    let mut kvs = Vec::with_capacity(revs.len());
-    for r in revs {
+    let kvs = v
+        .records(&revs)?
+        .into_iter()
         // The index said this revision is the visible one; if its record is gone, a
         // compaction past `rev` ran concurrently.
-        let rec = v.record(r)?.ok_or(MvccError::Compacted)?;
-        kvs.push(rec.kv);
-    }
+        .map(|rec| rec.map(|r| r.kv).ok_or(MvccError::Compacted))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((kvs, known.unwrap_or(count)))
 }
 

@@ -143,28 +143,82 @@ fn chunk_of(tree: &::sled::Tree, key: &[u8]) -> Result<Option<(IVec, IVec)>, Mvc
 /// as sled has it now, has a record at or above `key` (then no other chunk can hold `key`).
 /// Otherwise the index may be behind a write, and a reverse scan finds the chunk.
 pub fn get(tree: &::sled::Tree, index: &ChunkIndex, key: &[u8]) -> Result<Option<IVec>, MvccError> {
-    {
+    Ok(get_in(tree, index, key)?.0)
+}
+
+/// A chunk as read from sled: its key and its records.
+type Read = (IVec, IVec);
+
+/// [`get`], with the chunk that answered, if one did.
+fn get_in(
+    tree: &::sled::Tree,
+    index: &ChunkIndex,
+    key: &[u8],
+) -> Result<(Option<IVec>, Option<Read>), MvccError> {
+    let hinted = {
         let keys = index.0.read_or_recover();
         let hint = keys
             .range::<[u8], _>((Unbounded, Included(key)))
             .next_back();
-        if let Some(ck) = hint {
-            if let Some(chunk) = tree.get(ck)? {
-                match find(ck, &chunk, key)? {
-                    Found::Value(v) => return Ok(Some(v)),
-                    Found::Absent => return Ok(None),
-                    Found::Beyond => {}
-                }
-            }
+        match hint {
+            Some(ck) => tree.get(ck)?.map(|chunk| (IVec::from(&ck[..]), chunk)),
+            None => None,
+        }
+    };
+    if let Some((ck, chunk)) = hinted {
+        match find(&ck, &chunk, key)? {
+            Found::Value(v) => return Ok((Some(v), Some((ck, chunk)))),
+            Found::Absent => return Ok((None, Some((ck, chunk)))),
+            Found::Beyond => {}
         }
     }
+    from_scan(tree, key)
+}
+
+/// [`get_in`] by a reverse scan from `key`, which finds the chunk whatever the index says.
+fn from_scan(tree: &::sled::Tree, key: &[u8]) -> Result<(Option<IVec>, Option<Read>), MvccError> {
     match chunk_of(tree, key)? {
         Some((ck, chunk)) => match find(&ck, &chunk, key)? {
-            Found::Value(v) => Ok(Some(v)),
-            Found::Absent | Found::Beyond => Ok(None),
+            Found::Value(v) => Ok((Some(v), Some((ck, chunk)))),
+            Found::Absent | Found::Beyond => Ok((None, None)),
         },
-        None => Ok(None),
+        None => Ok((None, None)),
     }
+}
+
+/// The values of `keys`, each as [`get`] answers it, in the order given. A chunk read for one
+/// key also answers the keys after it that it holds or would hold (a record above the key
+/// follows in it), so keys in ascending order that share chunks read each chunk once. Such
+/// an answer stands as [`get`]'s does: history records are only appended above every key
+/// there is, so a chunk that had a record above `key` when it was read still answers for it.
+pub fn get_many(
+    tree: &::sled::Tree,
+    index: &ChunkIndex,
+    keys: &[&[u8]],
+) -> Result<Vec<Option<IVec>>, MvccError> {
+    let mut out = Vec::with_capacity(keys.len());
+    let mut last: Option<Read> = None;
+    for &key in keys {
+        if let Some((ck, chunk)) = last.as_ref().filter(|(ck, _)| &ck[..] <= key) {
+            match find(ck, chunk, key)? {
+                Found::Value(v) => {
+                    out.push(Some(v));
+                    continue;
+                }
+                Found::Absent => {
+                    out.push(None);
+                    continue;
+                }
+                Found::Beyond => {}
+            }
+        }
+        let (answer, read) = get_in(tree, index, key)?;
+        if read.is_some() {
+            last = read;
+        }
+        out.push(answer);
+    }
+    Ok(out)
 }
 
 /// Adds `records` (sorted, unique) to `out` as chunks, each under its first record's key,

@@ -171,6 +171,12 @@ pub trait Engine: Clone + Send + Sync + 'static {
     /// The value of `key` in `tree`.
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Self::Bytes>, MvccError>;
 
+    /// The value of each of `keys` in `tree`, in the order given, each as [`Engine::get`]
+    /// answers it. Keys in ascending order let an engine read what they share once.
+    fn get_many(&self, tree: Tree, keys: &[&[u8]]) -> Result<Vec<Option<Self::Bytes>>, MvccError> {
+        keys.iter().map(|k| self.get(tree, k)).collect()
+    }
+
     /// The entries of `tree` with keys between `lo` and `hi`, in key order.
     fn range(&self, tree: Tree, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Self::Iter;
 

@@ -246,6 +246,14 @@ impl Engine for SledEngine {
         }
     }
 
+    fn get_many(&self, tree: Tree, keys: &[&[u8]]) -> Result<Vec<Option<IVec>>, MvccError> {
+        let trees = self.trees();
+        match tree {
+            Tree::Rev => chunks::get_many(&trees.rev, &trees.index, keys),
+            _ => keys.iter().map(|k| Ok(trees.tree(tree).get(k)?)).collect(),
+        }
+    }
+
     #[inline]
     fn range(&self, tree: Tree, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> SledIter {
         let trees = self.trees();
