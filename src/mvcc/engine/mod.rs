@@ -16,7 +16,8 @@
 //!   a key wins). Batches are applied in the order `write` returns.
 //! - Reads see every write whose `write` has returned. A range scan that runs concurrently with
 //!   writes sees, for each key, either the old or the new value, never a torn one; it does not
-//!   promise a point-in-time view of the whole range.
+//!   promise a point-in-time view of the whole range. [`Engine::get_many`] likewise answers
+//!   each key as [`Engine::get`] would at some moment of the call.
 //! - A range whose start is above its end is empty. Scans run in key order, or reverse key
 //!   order from the back ([`DoubleEndedIterator`]).
 //! - Durability: after [`Engine::flush`] returns, every write that returned before it survives
