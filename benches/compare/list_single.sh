@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One member of each system, N sequential keys of 1 KiB (64 clients), then a full paginated
+# One member of each system, N puts of 1 KiB over N keys (64 clients), then a full paginated
 # listing three times (pages of 500 pinned to the first page's revision, as an API server
 # lists: `kvbench list`), and the member's RSS. A quick check; benches/compare/scale.sh is the
 # 3-member run. Then single pages of 500, one client, PAGES requests each (p50/p99 in ms):
@@ -9,8 +9,12 @@
 # while a writer puts WRITE_RATE values a second over the same keys (so that each page reads
 # at a new revision, as on a live cluster: an idle one would let kvd reuse a remembered
 # count), and the same pages with no writer ("idle").
+# ORDER=sequential (the default) writes each key once in key order; ORDER=random writes random
+# keys (about 63% of the key space ends up live, each key's value at a random place in the
+# history, as after an API server's churn), so the last page then holds about 315 keys.
 # Usage: SYSTEMS="etcd=etcd kvd=target/release/kvd" benches/compare/list_single.sh
 # Env:   N (200000) PAGES (1000) WRITE_RATE (200) KVBENCH_BIN (target/release/kvbench)
+#        ORDER (sequential|random)
 #        PORT (45379; system k uses PORT+1000k)
 set -u
 N=${N:-200000}
@@ -19,13 +23,18 @@ WRITE_RATE=${WRITE_RATE:-200}
 B=${KVBENCH_BIN:-target/release/kvbench}
 SYSTEMS=${SYSTEMS:-"etcd=etcd kvd=target/release/kvd"}
 PORT=${PORT:-45379}
+case ${ORDER:-sequential} in
+  sequential) ORDER_FLAG=--sequential-keys ;;
+  random) ORDER_FLAG= ;;
+  *) echo "ORDER must be sequential or random" >&2; exit 2 ;;
+esac
 run() {
   local name=$1 port=$2; shift 2
   local d=/tmp/lb-$name; rm -rf $d; mkdir -p $d
   "$@" --name $name --data-dir $d/data --listen-client-urls http://127.0.0.1:$port --advertise-client-urls http://127.0.0.1:$port --listen-peer-urls http://127.0.0.1:$((port+1)) --initial-advertise-peer-urls http://127.0.0.1:$((port+1)) --initial-cluster $name=http://127.0.0.1:$((port+1)) >$d/log 2>&1 &
   local pid=$!
   sleep 3
-  $B put --endpoints 127.0.0.1:$port --clients 64 --conns 16 --key-size 16 --val-size 1024 --key-space-size $N --sequential-keys --total $N --json > $d/put.json
+  $B put --endpoints 127.0.0.1:$port --clients 64 --conns 16 --key-size 16 --val-size 1024 --key-space-size $N $ORDER_FLAG --total $N --json > $d/put.json
   for i in 1 2 3; do
     echo "$name list $i: $($B list --endpoints 127.0.0.1:$port --page 500 2>&1 | tail -1)"
   done
