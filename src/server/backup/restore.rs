@@ -184,35 +184,34 @@ struct HashCheck {
 }
 
 impl HashCheck {
-    /// Starts the check; a file without a trailer is refused here, before anything is
-    /// written (unless `skip`), since that takes no reading.
+    /// Starts the check. With `skip` nothing is read, as etcdctl's `--skip-hash-check`; a
+    /// file without a trailer is refused here, before anything is written, since that takes
+    /// no reading.
     fn start(path: &Path, skip: bool) -> Result<HashCheck, BackupError> {
+        let done = |r| HashCheck {
+            thread: None,
+            here: Some(r),
+        };
+        if skip {
+            return Ok(done(Ok(())));
+        }
         let len = std::fs::metadata(path)
             .map_err(BackupError::io(path))?
             .len();
         if !has_trailer(len) {
-            return match skip {
-                true => Ok(HashCheck {
-                    thread: None,
-                    here: Some(Ok(())),
-                }),
-                false => Err(BackupError::MissingHash),
-            };
+            return Err(BackupError::MissingHash);
         }
         let file = path.to_path_buf();
         Ok(
             match std::thread::Builder::new()
                 .name("kvd-restore-hash".into())
-                .spawn(move || check_trailer(&file, skip))
+                .spawn(move || check_trailer(&file))
             {
                 Ok(t) => HashCheck {
                     thread: Some(t),
                     here: None,
                 },
-                Err(_) => HashCheck {
-                    thread: None,
-                    here: Some(check_trailer(path, skip)),
-                },
+                Err(_) => done(check_trailer(path)),
             },
         )
     }
@@ -252,16 +251,13 @@ impl Drop for HashCheck {
     }
 }
 
-/// Checks the sha256 trailer as etcdctl does: required unless `skip`, and must match.
-fn check_trailer(path: &Path, skip: bool) -> Result<(), BackupError> {
+/// Checks the sha256 trailer of a file that has one ([`has_trailer`]) as etcdctl does: the
+/// hash of everything before it must match.
+fn check_trailer(path: &Path) -> Result<(), BackupError> {
     let mut f = std::fs::File::open(path).map_err(BackupError::io(path))?;
     let len = f.metadata().map_err(BackupError::io(path))?.len();
     if !has_trailer(len) {
-        return if skip {
-            Ok(())
-        } else {
-            Err(BackupError::MissingHash)
-        };
+        return Err(BackupError::MissingHash);
     }
     let mut h = Sha256::new();
     let mut left = len - TRAILER_LEN as u64;
@@ -275,7 +271,7 @@ fn check_trailer(path: &Path, skip: bool) -> Result<(), BackupError> {
     let mut want = [0u8; TRAILER_LEN];
     f.read_exact(&mut want).map_err(BackupError::io(path))?;
     let got: [u8; TRAILER_LEN] = h.finalize().into();
-    if got != want && !skip {
+    if got != want {
         return Err(BackupError::HashMismatch {
             expected: go_bytes(&want),
             got: go_bytes(&got),
