@@ -19,7 +19,7 @@ use std::ops::Bound::Unbounded;
 
 use crate::sync::LockExt;
 
-use super::engine::{Engine, StoreEngine, Tree, WriteBatch};
+use super::engine::{BulkWriter, Engine, StoreEngine, Tree, WriteBatch};
 use super::error::MvccError;
 use super::{exclude_images, MvccStore};
 
@@ -71,6 +71,7 @@ impl MvccStore {
 
 fn copy_trees(from: &StoreEngine, to: &StoreEngine) -> Result<Copied, MvccError> {
     let mut copied = Copied::default();
+    let mut out = BulkWriter::new(to);
     for tree in Tree::ALL {
         let mut batch = WriteBatch::default();
         for item in from.range(tree, Unbounded, Unbounded) {
@@ -79,10 +80,10 @@ fn copy_trees(from: &StoreEngine, to: &StoreEngine) -> Result<Copied, MvccError>
             copied.bytes += (k.len() + v.len()) as u64;
             batch.put(tree, k.to_vec(), v.to_vec());
             if batch.len() >= COPY_BATCH {
-                to.write(std::mem::take(&mut batch))?;
+                out.write(std::mem::take(&mut batch))?;
             }
         }
-        to.write(batch)?;
+        out.write(batch)?;
     }
     Ok(copied)
 }

@@ -25,6 +25,8 @@
 //! - A load's entries are decoded (and the indexes built) on the caller's thread while a second
 //!   thread writes the engine batches, in the order they were made: when either stops, the
 //!   engine holds a prefix of the batches, as above.
+//! - A load's memory does not grow with its size: the queues between its threads are bounded,
+//!   and so is what the engine holds unwritten ([`BulkWriter`]).
 //! - A load does not exclude readers (the trees change under them); the caller keeps reads
 //!   out while it runs.
 
@@ -33,7 +35,7 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 
 use crate::sync::LockExt;
 
-use super::engine::{Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
+use super::engine::{BulkWriter, Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
 use super::error::{MvccError, StorageError};
 use super::failpoint::{crash_point, Armed};
 use super::index::lease::LeaseBuilder;
@@ -223,8 +225,9 @@ where
             .name("kvd-load-writer".into())
             .spawn_scoped(s, move || {
                 armed.enter();
+                let mut out = BulkWriter::new(engine);
                 let written = batches.into_iter().try_for_each(|b| {
-                    engine.write(b)?;
+                    out.write(b)?;
                     crash_point(engine)
                 });
                 (written, Armed::take())

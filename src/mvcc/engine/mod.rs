@@ -27,6 +27,7 @@
 //!   need a crash-atomic replacement mark it first (see `load`).
 //! - Handles are cheap clones of one engine; the engine closes when the last one is dropped.
 
+mod bulk;
 mod chunks;
 mod sled;
 
@@ -42,6 +43,7 @@ use std::ops::Bound;
 
 use super::error::MvccError;
 
+pub use self::bulk::BulkWriter;
 pub use self::sled::SledEngine;
 
 /// The engine the store runs on.
@@ -144,6 +146,14 @@ impl<'a> WriteBatch<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
+    }
+
+    /// The bytes of the keys and values written.
+    pub fn bytes(&self) -> usize {
+        self.writes
+            .iter()
+            .map(|(_, k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+            .sum()
     }
 
     /// The writes, in order.
