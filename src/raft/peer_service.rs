@@ -199,7 +199,7 @@ impl Peer for PeerService {
                 crate::raft::net::snapshot_stream::receive(stager, first.data, stream).await?;
             let snapshot = Snapshot {
                 meta,
-                snapshot: crate::raft::sm::snapshot_data::SnapshotData::Staged(staged),
+                snapshot: crate::raft::sm::snapshot_data::SnapshotData::Staged(Box::new(staged)),
             };
             self.until_stop(self.node.raft.install_full_snapshot(vote, snapshot))
                 .await?

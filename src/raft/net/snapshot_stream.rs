@@ -1,5 +1,5 @@
 //! A snapshot on the wire: the leader's side streams it in [`SNAPSHOT_CHUNK`]s, encoded from
-//! its engine as it goes (or read from a file), the receiving side writes it into an engine
+//! its engine as it goes (in tests, also read from a file), the receiving side writes it into an engine
 //! generation of its own as the chunks arrive (`state_machine::staging`).
 //!
 //! Invariants:
@@ -24,7 +24,6 @@ use crate::proto::kvdpb::SnapshotChunk;
 use crate::raft::error::StoreError;
 use crate::raft::limits::SNAPSHOT_CHUNK;
 use crate::raft::sm::snapshot_data::{Encoder, SnapshotData};
-use crate::raft::sm::snapshot_file::SnapshotFile;
 use crate::raft::sm::state_machine::{StagedSnapshot, Stager};
 use crate::sync::LockExt;
 
@@ -33,8 +32,12 @@ pub type SendFailure = Arc<Mutex<Option<StoreError>>>;
 
 /// Where the bytes of a send come from.
 enum Source {
-    /// A snapshot file, read from `offset` on.
-    File { file: SnapshotFile, offset: u64 },
+    /// A snapshot file, read from `offset` on (tests: kvd sends live snapshots).
+    #[cfg(test)]
+    File {
+        file: crate::raft::sm::snapshot_file_install::SnapshotFile,
+        offset: u64,
+    },
     /// A live snapshot, encoded as it is sent.
     Live(Encoder),
 }
@@ -43,6 +46,7 @@ impl Source {
     /// The next chunk, or `None` after the last. Blocks (file or engine reads).
     fn next(&mut self) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
+            #[cfg(test)]
             Source::File { file, offset } => {
                 let len = file.len();
                 if *offset >= len {
@@ -76,6 +80,7 @@ pub fn chunks(
         data: Vec::new(),
     };
     let source = match data {
+        #[cfg(test)]
         SnapshotData::File(file) => Ok(Source::File { file, offset: 0 }),
         SnapshotData::Live(live) => live.encoder().map(Source::Live),
         // openraft sends what `get_current_snapshot` gives, which is live.

@@ -30,7 +30,7 @@ use crate::proto::etcdserverpb::{
 };
 use crate::proto::kvdpb::{auth_request::Request as A, AuthRequest, LeaseRevokeManyRequest};
 use crate::raft::sm::snapshot_data::SnapshotData;
-use crate::raft::sm::snapshot_file::SnapshotFile;
+use crate::raft::sm::snapshot_file_install::SnapshotFile;
 use crate::raft::sm::state_machine::apply_tests::{apply, reopen};
 use internal_request::Request as R;
 

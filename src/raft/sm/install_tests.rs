@@ -11,7 +11,7 @@ use openraft::storage::RaftStateMachine;
 use super::*;
 use crate::mvcc::failpoint::crash_after;
 use crate::proto::etcdserverpb::{LeaseGrantRequest, PutRequest, RangeRequest};
-use crate::raft::sm::snapshot_file::SnapshotFile;
+use crate::raft::sm::snapshot_file_install::SnapshotFile;
 use crate::raft::types::Membership;
 
 fn lid(index: u64) -> LogId {
@@ -324,7 +324,7 @@ async fn receive_bytes(
         futures::stream::iter(chunks),
     )
     .await?;
-    Ok(SnapshotData::Staged(staged))
+    Ok(SnapshotData::Staged(Box::new(staged)))
 }
 
 async fn receive(sm: &StateMachine, snap: &Source) -> SnapshotData {

@@ -23,5 +23,7 @@ pub(crate) mod engine_dir;
 pub mod lessor;
 pub(crate) mod snapshot_data;
 pub mod snapshot_file;
-pub(crate) mod snapshot_format;
+#[cfg(test)]
+pub(crate) mod snapshot_file_install;
+pub mod snapshot_format;
 pub(crate) mod state_machine;

@@ -1,5 +1,6 @@
 //! What openraft hands around as a snapshot's data ([`SnapshotData`]): the state machine read
-//! live from its engine when the snapshot is sent, or a file when one was received or restored.
+//! live from its engine when the snapshot is sent, or received into an engine generation of its
+//! own (`staging`).
 //!
 //! Invariants:
 //! - A member keeps no copy of its store as a snapshot. A snapshot to send is taken when a
@@ -16,10 +17,8 @@
 //! [`StateMachine::get_current_snapshot`]: crate::raft::sm::state_machine::StateMachine
 //! [`Image`]: crate::mvcc::Image
 
-use std::path::Path;
-
 use crate::raft::error::StoreError;
-use crate::raft::sm::snapshot_file::{self, Built, Entry, SnapshotFile};
+use crate::raft::sm::snapshot_file::Entry;
 use crate::raft::sm::snapshot_format::Writer;
 use crate::raft::types::{SnapshotMeta, TypeConfig};
 
@@ -30,12 +29,14 @@ pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Snapsho
 /// A snapshot's data: see the module doc.
 #[derive(Debug)]
 pub enum SnapshotData {
-    /// A snapshot file (received from a leader, written by a restore, or opened from disk).
-    File(SnapshotFile),
+    /// A snapshot file, as releases before the staged install received them (tests only:
+    /// `snapshot_file_install`).
+    #[cfg(test)]
+    File(crate::raft::sm::snapshot_file_install::SnapshotFile),
     /// The state machine as it was when the snapshot was taken, read as it is sent.
     Live(LiveSnapshot),
     /// Received from a leader into an engine generation of its own, ready to switch to.
-    Staged(crate::raft::sm::state_machine::StagedSnapshot),
+    Staged(Box<crate::raft::sm::state_machine::StagedSnapshot>),
 }
 
 type Entries = Box<dyn Iterator<Item = Result<Entry, StoreError>> + Send>;
@@ -69,14 +70,15 @@ impl LiveSnapshot {
         })
     }
 
-    /// Writes the snapshot into a temporary in `dir` (see [`snapshot_file::write`]), for an
-    /// install from another member's image (openraft's storage suite does this).
+    /// Writes the snapshot into a temporary in `dir` (see `snapshot_file_install::write`),
+    /// for an install from another member's image (openraft's storage suite does this).
+    #[cfg(test)]
     pub fn write_file(
         self,
         fs: &std::sync::Arc<dyn crate::wal::WalFs>,
-        dir: &Path,
-    ) -> Result<Built, StoreError> {
-        snapshot_file::write(fs, dir, &self.meta, self.entries)
+        dir: &std::path::Path,
+    ) -> Result<crate::raft::sm::snapshot_file_install::Built, StoreError> {
+        crate::raft::sm::snapshot_file_install::write(fs, dir, &self.meta, self.entries)
     }
 }
 

@@ -7,7 +7,9 @@ use rand::SeedableRng;
 
 use super::*;
 use crate::mvcc::{META_TREE, REV_TREE};
+use crate::raft::sm::snapshot_file_install::*;
 use crate::wal::{create_dir_durable, SimFs};
+use std::sync::Arc;
 
 fn dir() -> &'static Path {
     Path::new("/member/sm/snap")

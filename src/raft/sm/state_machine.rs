@@ -581,8 +581,13 @@ impl StateMachine {
     /// A new snapshot file in the snapshot directory, written as a leader's bytes arrive
     /// (tests: a received snapshot is staged, see `staging`).
     #[cfg(test)]
-    pub fn receive_snapshot(&self) -> Result<snapshot_file::Incoming, StoreError> {
-        snapshot_file::Incoming::create(&self.shared.fs, &self.shared.snap_dir)
+    pub fn receive_snapshot(
+        &self,
+    ) -> Result<crate::raft::sm::snapshot_file_install::Incoming, StoreError> {
+        crate::raft::sm::snapshot_file_install::Incoming::create(
+            &self.shared.fs,
+            &self.shared.snap_dir,
+        )
     }
 
     /// Replaces the state with `entries`, crash-atomically (see `MvccStore::load_from`): a
@@ -882,55 +887,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
-        // Checked whole before it is renamed into place: as the newest snapshot, a file that
-        // cannot be loaded would fail every restart. A received file was read through when it
-        // arrived and is not read again; any other is read here, before the gates are taken,
-        // so reads and defragmentation go on meanwhile.
-        let snapshot = match snapshot {
+        match snapshot {
             // Received from a leader: already in an engine generation of its own.
-            SnapshotData::Staged(staged) => return Ok(self.install_staged(meta, staged).await?),
-            other => other,
-        };
-        let t0 = std::time::Instant::now();
-        let dir = self.shared.snap_dir.clone();
-        let fs = self.shared.fs.clone();
-        let checked_meta = meta.clone();
-        let checked = tokio::task::spawn_blocking(move || match snapshot {
-            SnapshotData::File(file) => snapshot_file::adopt(&fs, file, &dir, &checked_meta),
-            // Another member's image (openraft's storage suite installs these).
-            SnapshotData::Live(live) => live.write_file(&fs, &dir),
-            SnapshotData::Staged(_) => unreachable!("installed above"),
-        })
-        .await
-        .map_err(io::Error::other)??;
-        let (t1, bytes) = (std::time::Instant::now(), checked.bytes);
-        let _defrag = self.shared.defrag_gate.read().await;
-        self.usable()?;
-        // Readers wait for the end of the install rather than see a half-loaded store.
-        let _no_reads = self.shared.install_gate.write().await;
-        // Writing a whole key space into the engine takes seconds; the worker's other tasks
-        // (peer and client connections, Raft's core) must not wait for it.
-        blocking(|| -> Result<(), io::Error> {
-            // A build finishing now writes and removes snapshot files too.
-            let _io = self.shared.snap_io.lock_or_recover();
-            let _applying = ApplyingSnapshot::start();
-            let path = checked.publish()?;
-            crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
-            let (_, entries) = snapshot_file::entries(&path)?;
-            self.load_snapshot(meta, entries)?;
-            // Once the engine is durable, the file is no longer needed for a restart.
-            self.make_engine_durable()?;
-            crash_point(self.shared.mvcc.engine()).map_err(StoreError::from)?;
-            snapshot_file::remove_through(self.shared.fs.as_ref(), &self.shared.snap_dir, meta)?;
-            tracing::info!(
-                index = meta.last_log_id.map_or(0, |l| l.index),
-                bytes,
-                check_ms = (t1 - t0).as_millis() as u64,
-                load_ms = t1.elapsed().as_millis() as u64,
-                "installed snapshot"
-            );
-            Ok(())
-        })
+            SnapshotData::Staged(staged) => Ok(self.install_staged(meta, *staged).await?),
+            // Only tests hand over anything else (`install_file`): kvd sends live snapshots and
+            // receives them staged.
+            #[cfg(test)]
+            other => self.install_unstaged(meta, other).await,
+            #[cfg(not(test))]
+            SnapshotData::Live(live) => Err(io::Error::other(format!(
+                "{live:?} is sent, never installed: a snapshot is installed once received"
+            ))),
+        }
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
@@ -1037,6 +1005,10 @@ pub use defrag::Defragmented;
 
 #[path = "staging.rs"]
 mod staging;
+
+#[cfg(test)]
+#[path = "install_file.rs"]
+mod install_file;
 pub use staging::{StagedSnapshot, Stager};
 
 #[cfg(test)]
