@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Defragmentation of a large store, side by side: a one-member cluster gets PUTS puts of VAL
+# bytes over KEYS keys (64 clients, sequential keys), the history is compacted away at the
+# last revision (`compaction --physical`), then `etcdctl defrag` runs against the member.
+# Reports the defrag's wall time, the member's RSS before -> peak during (VmRSS sampled every
+# 50 ms) -> after, the bytes it wrote (/proc/PID/io) and the data dir before and after. kvd
+# and etcd 3.4 in turn, ROUNDS times; the data dirs are removed after each run.
+#
+# Usage: benches/compare/defrag.sh [out-dir]
+# Env:   ROUNDS (1) PUTS (1000000) KEYS (500000) VAL (1024) SYSTEMS ("kvd etcd"; NAME=BIN runs
+#        a kvd build under its own name, for A/B runs: SYSTEMS="etcd old=/tmp/kvd-old kvd")
+#        KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/) ETCD_BIN (etcd)
+#        ETCDCTL (etcdctl) SKIP_BUILD=1
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/benches/compare/cluster.sh"
+ROUNDS=${ROUNDS:-1}
+PUTS=${PUTS:-1000000}
+KEYS=${KEYS:-500000}
+VAL=${VAL:-1024}
+SYSTEMS=${SYSTEMS:-kvd etcd}
+OUT=${1:-$(mktemp -d /tmp/defrag.XXXXXX)}
+mkdir -p "$OUT"
+export ETCDCTL_API=3
+
+for b in "$ETCD_BIN" "$ETCDCTL"; do
+  command -v "$b" >/dev/null || { echo "$b not found (apt-get install -y etcd-server etcd-client)" >&2; exit 1; }
+done
+if [[ -z ${SKIP_BUILD:-} ]]; then
+  (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
+fi
+trap cleanup EXIT
+
+# peak_rss PID: samples VmRSS (KiB) every 50 ms until the file $OUT/stop exists; prints MiB.
+peak_rss() {
+  local pid=$1 peak=0 r
+  while [[ ! -e $OUT/stop ]]; do
+    r=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    ((r > peak)) && peak=$r
+    sleep 0.05
+  done
+  echo $((peak / 1024))
+}
+
+rss_mib() { echo $(($(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024)); }
+written_mib() { echo $(($(awk '$1 == "write_bytes:" {print $2}' "/proc/$1/io") / 1048576)); }
+secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
+
+revision() {
+  "$ETCDCTL" --endpoints "$1" --command-timeout=2s endpoint status -w json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])' 2>/dev/null || true
+}
+
+one() {
+  local sys=${1%%=*} round=$2 base=27300 bin=$KVD_BIN extra=()
+  [[ $1 == *=* ]] && bin=${1#*=}
+  if [[ $sys == etcd ]]; then
+    base=27400 bin=$ETCD_BIN
+    extra=(--logger=zap --log-level=warn)
+  fi
+  local dir="$OUT/r$round-$sys" ep="127.0.0.1:$base"
+  mkdir -p "$dir"
+  "$bin" --name m0 --data-dir "$dir/data" \
+    --listen-client-urls "http://$ep" --advertise-client-urls "http://$ep" \
+    --listen-peer-urls "http://127.0.0.1:$((base + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((base + 1))" \
+    --initial-cluster "m0=http://127.0.0.1:$((base + 1))" --initial-cluster-state new \
+    --quota-backend-bytes 17179869184 "${extra[@]}" >"$dir/member.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  local t
+  for t in $(seq 1 150); do [[ -n $(revision "$ep") ]] && break; sleep 0.2; done
+  "$KVBENCH_BIN" --endpoints "$ep" --json put --key-size 16 --val-size "$VAL" \
+    --key-space-size "$KEYS" --sequential-keys --clients 64 --conns 16 --total "$PUTS" >"$dir/load.json"
+  local rev
+  rev=$(revision "$ep")
+  "$ETCDCTL" --endpoints "$ep" --command-timeout=600s compaction --physical "$rev" >/dev/null
+  sleep 2
+  local disk0 rss0 w0
+  disk0=$(du -sm "$dir/data" | awk '{print $1}')
+  rss0=$(rss_mib "$pid")
+  w0=$(written_mib "$pid")
+  rm -f "$OUT/stop"
+  peak_rss "$pid" >"$dir/peak" &
+  local pr=$! d0 d1
+  d0=$(date +%s.%N)
+  "$ETCDCTL" --endpoints "$ep" --command-timeout=600s defrag >"$dir/defrag.out" 2>&1 ||
+    echo "$sys: defrag failed: $(cat "$dir/defrag.out")" >&2
+  d1=$(date +%s.%N)
+  touch "$OUT/stop"
+  wait "$pr"
+  sleep 1
+  printf '%s round %s: %s puts over %s keys x %s B; defrag %ss; RSS %s -> peak %s -> %s MiB; wrote %s MiB; data dir %s -> %s MiB\n' \
+    "$sys" "$round" "$PUTS" "$KEYS" "$VAL" "$(secs "$d0" "$d1")" "$rss0" "$(cat "$dir/peak")" \
+    "$(rss_mib "$pid")" "$(($(written_mib "$pid") - w0))" "$disk0" \
+    "$(du -sm "$dir/data" | awk '{print $1}')" | tee -a "$OUT/results.txt"
+  cleanup
+  rm -rf "$dir"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for sys in $SYSTEMS; do one "$sys" "$round"; done
+done
+echo "results in $OUT/results.txt"
