@@ -31,19 +31,6 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
 fi
 trap cleanup EXIT
 
-# peak_rss PID: samples VmRSS (KiB) every 50 ms until the file $OUT/stop exists; prints MiB.
-peak_rss() {
-  local pid=$1 peak=0 r
-  while [[ ! -e $OUT/stop ]]; do
-    r=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-    ((r > peak)) && peak=$r
-    sleep 0.05
-  done
-  echo $((peak / 1024))
-}
-
-secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
-
 one() {
   local sys=$1 round=$2
   local dir="$OUT/r$round-$sys"

@@ -27,7 +27,8 @@ fi
 
 trap cleanup EXIT
 
-rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+# rss_mib_tenths PID: VmRSS in MiB, to a tenth.
+rss_mib_tenths() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
 # cpu_ticks SYSTEM: user + system CPU time of the three members, in clock ticks.
 cpu_ticks() {
@@ -71,7 +72,7 @@ run_suite() {
   bench "$sys" "$round" range-s-64 range rangekey --consistency s --clients 64 --conns "$CONNS" --total "$TOTAL"
   local i
   for i in 0 1 2; do
-    printf '%s\t%s\trss-m%s\t%s\n' "$sys" "$round" "$i" "$(rss_mib "${MPID[$sys,$i]}")" >>"$OUT/rss.tsv"
+    printf '%s\t%s\trss-m%s\t%s\n' "$sys" "$round" "$i" "$(rss_mib_tenths "${MPID[$sys,$i]}")" >>"$OUT/rss.tsv"
   done
 }
 

@@ -26,34 +26,7 @@ OUT=${1:-$(mktemp -d /tmp/catchup.XXXXXX)}
 mkdir -p "$OUT"
 export ETCDCTL_API=3
 
-for b in "$ETCD_BIN" "$ETCDCTL"; do
-  command -v "$b" >/dev/null || { echo "$b not found" >&2; exit 1; }
-done
-if [[ -z ${SKIP_BUILD:-} ]]; then
-  (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
-fi
-trap cleanup EXIT
-
-# peak_rss PID: samples VmRSS (KiB) every 50 ms until the file $OUT/stop exists; prints MiB.
-peak_rss() {
-  local pid=$1 peak=0 r
-  while [[ ! -e $OUT/stop ]]; do
-    r=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-    ((r > peak)) && peak=$r
-    sleep 0.05
-  done
-  echo $((peak / 1024))
-}
-
-rss_mib() { echo $(($(awk "/$2/ {print \$2}" "/proc/$1/status") / 1024)); }
-
-secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
-
-# revision ENDPOINT: the store revision the member at ENDPOINT serves (empty if it does not).
-revision() {
-  "$ETCDCTL" --endpoints "$1" --command-timeout=1s endpoint status -w json 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])' 2>/dev/null || true
-}
+prepare kvd kvbench
 
 # member SYSTEM NAME DIR CLIENT PEER STATE CLUSTER: starts one member in the background.
 member() {

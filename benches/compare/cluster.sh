@@ -81,3 +81,49 @@ fresh_cluster() {
   LEADER=$(leader "$sys")
   EP=${CLIENT[$sys,$LEADER]}
 }
+
+# require_etcd: exits unless etcd and etcdctl are found.
+require_etcd() {
+  local b
+  for b in "$ETCD_BIN" "$ETCDCTL"; do
+    command -v "$b" >/dev/null || { echo "$b not found (apt-get install -y etcd-server etcd-client)" >&2; exit 1; }
+  done
+}
+
+# secs T0 T1: T1 - T0 (seconds, as `date +%s.%N` prints them), to two decimals.
+secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
+
+# peak_rss PID: samples VmRSS (KiB) every 50 ms until the file $OUT/stop exists; prints MiB.
+peak_rss() {
+  local pid=$1 peak=0 r
+  while [[ ! -e $OUT/stop ]]; do
+    r=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    ((r > peak)) && peak=$r
+    sleep 0.05
+  done
+  echo $((peak / 1024))
+}
+
+# rss_mib PID [FIELD]: the process's VmRSS (or FIELD of /proc/PID/status, e.g. VmHWM) in MiB.
+rss_mib() { echo $(($(awk -v f="${2:-VmRSS}:" '$1 == f {print $2}' "/proc/$1/status") / 1024)); }
+
+# written_mib PID: the bytes the process has caused to be written to storage, in MiB.
+written_mib() { echo $(($(awk '$1 == "write_bytes:" {print $2}' "/proc/$1/io") / 1048576)); }
+
+# revision ENDPOINT: the store revision the member at ENDPOINT serves (empty if it does not).
+revision() {
+  "$ETCDCTL" --endpoints "$1" --command-timeout=2s endpoint status -w json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])' 2>/dev/null || true
+}
+
+# prepare BIN...: exits unless etcd and etcdctl are found, builds the release BINs (kvd,
+# kvbench, ...) unless SKIP_BUILD is set, and stops every member started when the script exits.
+prepare() {
+  require_etcd
+  if [[ -z ${SKIP_BUILD:-} ]]; then
+    local b args=()
+    for b in "$@"; do args+=(--bin "$b"); done
+    (cd "$ROOT" && cargo build --release "${args[@]}")
+  fi
+  trap cleanup EXIT
+}

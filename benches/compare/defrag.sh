@@ -24,33 +24,7 @@ OUT=${1:-$(mktemp -d /tmp/defrag.XXXXXX)}
 mkdir -p "$OUT"
 export ETCDCTL_API=3
 
-for b in "$ETCD_BIN" "$ETCDCTL"; do
-  command -v "$b" >/dev/null || { echo "$b not found (apt-get install -y etcd-server etcd-client)" >&2; exit 1; }
-done
-if [[ -z ${SKIP_BUILD:-} ]]; then
-  (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
-fi
-trap cleanup EXIT
-
-# peak_rss PID: samples VmRSS (KiB) every 50 ms until the file $OUT/stop exists; prints MiB.
-peak_rss() {
-  local pid=$1 peak=0 r
-  while [[ ! -e $OUT/stop ]]; do
-    r=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-    ((r > peak)) && peak=$r
-    sleep 0.05
-  done
-  echo $((peak / 1024))
-}
-
-rss_mib() { echo $(($(awk '/VmRSS/ {print $2}' "/proc/$1/status") / 1024)); }
-written_mib() { echo $(($(awk '$1 == "write_bytes:" {print $2}' "/proc/$1/io") / 1048576)); }
-secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
-
-revision() {
-  "$ETCDCTL" --endpoints "$1" --command-timeout=2s endpoint status -w json 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])' 2>/dev/null || true
-}
+prepare kvd kvbench
 
 one() {
   local sys=${1%%=*} round=$2 base=27300 bin=$KVD_BIN extra=()

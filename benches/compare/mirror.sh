@@ -32,7 +32,6 @@ fi
 trap cleanup EXIT
 
 now() { date +%s.%N; }
-secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
 
 # count EP PREFIX: keys under PREFIX (a range's count does not depend on its limit).
 count() {

@@ -25,25 +25,7 @@ OUT=${1:-$(mktemp -d /tmp/replace.XXXXXX)}
 mkdir -p "$OUT"
 export ETCDCTL_API=3
 
-for b in "$ETCD_BIN" "$ETCDCTL"; do
-  command -v "$b" >/dev/null || { echo "$b not found (apt-get install -y etcd-server etcd-client)" >&2; exit 1; }
-done
-if [[ -z ${SKIP_BUILD:-} ]]; then
-  (cd "$ROOT" && cargo build --release --bin kvd --bin kvbench)
-fi
-trap cleanup EXIT
-
-peak_rss() {
-  local pid=$1 peak=0 r
-  while [[ ! -e $OUT/stop ]]; do
-    r=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-    ((r > peak)) && peak=$r
-    sleep 0.05
-  done
-  echo $((peak / 1024))
-}
-rss_mib() { echo $(($(awk "/$2/ {print \$2}" "/proc/$1/status") / 1024)); }
-secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
+prepare kvd kvbench
 
 # member_id ENDPOINT NAME: the hex ID of the started member NAME.
 member_id() {

@@ -56,11 +56,10 @@ rss_all() {
   for i in 0 1 2; do out+="${out:+,}$(($(rss_kib "${MPID[$1,$i]}") / 1024))"; done
   echo "$out"
 }
-secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
 
-# peak_rss SYSTEM: samples the members' RSS every 100 ms until $OUT/stop exists; prints the
+# peak_rss_members SYSTEM: samples the members' RSS every 100 ms until $OUT/stop exists; prints the
 # peaks in MiB, comma-separated.
-peak_rss() {
+peak_rss_members() {
   local sys=$1 i r
   local -a peak=(0 0 0)
   while [[ ! -e $OUT/stop ]]; do
@@ -98,7 +97,7 @@ one() {
   "$KVBENCH_BIN" --endpoints "$EP" --json list --page 500 >"$dir/list.json"
   echo "$sys $n: serve" >&2
   rm -f "$OUT/stop"
-  peak_rss "$sys" >"$dir/serve_rss" &
+  peak_rss_members "$sys" >"$dir/serve_rss" &
   local pr=$!
   "$KVBENCH_BIN" --endpoints "$EP" --json put --key-size 16 --val-size "$VAL" \
     --key-space-size "$n" --clients 64 --conns 16 --total "$SERVE_PUTS" >"$dir/serve.json"
