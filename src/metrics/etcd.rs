@@ -158,8 +158,8 @@ pub static HASH_REV_SECONDS: LazyLock<Seconds> = LazyLock::new(|| {
     )
 });
 
-/// fdatasyncs of a snapshot file this member built (etcd's `.snap` file save):
-/// `ExponentialBuckets(.001, 2, 14)`.
+/// The engine flush at a snapshot point, which lets the log be purged below it (etcd's fsync
+/// of its `.snap` file at the same point): `ExponentialBuckets(.001, 2, 14)`.
 pub static SNAP_FSYNC_SECONDS: LazyLock<Seconds> = LazyLock::new(|| {
     Seconds::new(
         "etcd_snap_fsync_duration_seconds",

@@ -151,12 +151,17 @@ impl Source {
 async fn template(dir: &Path, keys: usize) -> Observed {
     let mut sm = crate::raft::sm::state_machine::apply_tests::reopen(dir).unwrap();
     fill(&sm, "t/", keys, 9, 50, &[1, 2]);
+    let saves = crate::metrics::SNAP_FSYNC_SECONDS.count();
     sm.get_snapshot_builder()
         .await
         .build_snapshot()
         .await
         .unwrap();
     assert_eq!(newest_snapshot_index(dir), 0, "a build writes no file");
+    assert!(
+        crate::metrics::SNAP_FSYNC_SECONDS.count() > saves,
+        "the engine flush at a snapshot point is etcd_snap_fsync_duration_seconds"
+    );
     observe(&sm)
 }
 
