@@ -32,6 +32,8 @@ mod chunks;
 mod sled;
 
 #[cfg(test)]
+mod append_tests;
+#[cfg(test)]
 mod chunks_tests;
 #[cfg(test)]
 mod mem;

@@ -3,8 +3,10 @@
 //! (`chunks`).
 //!
 //! # Invariants
-//! - A batch that writes one tree is one `Tree::apply_batch`; a batch that writes several is
-//!   one sled transaction over the three trees. sled recovers both atomically after a crash.
+//! - A batch that writes one tree is one `Tree::apply_batch` (`apply_batch_appending` for
+//!   the history, which lays out a bulk load's appends as whole leaves); a batch that writes
+//!   several is one sled transaction over the three trees. sled recovers each atomically
+//!   after a crash.
 //! - sled's own background flush may make writes durable before [`Engine::flush`]; it keeps
 //!   whole batches only, in order, which is what the contract allows.
 //! - sled's page cache holds at most [`EngineOptions::cache_bytes`] of pages, counted as
@@ -284,7 +286,11 @@ impl Engine for SledEngine {
             [] => Ok(()),
             [Tree::Rev] => {
                 let mut plan = rev_batch()?;
-                trees.rev.apply_batch(std::mem::take(&mut plan.batch))?;
+                // Bulk writes (a load, a received snapshot, a defragmentation's copy) come
+                // this way, in key order: appended as whole leaves (third_party/sled).
+                trees
+                    .rev
+                    .apply_batch_appending(std::mem::take(&mut plan.batch))?;
                 trees.index.update(&plan);
                 Ok(())
             }

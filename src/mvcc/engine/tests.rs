@@ -168,7 +168,7 @@ fn mem_engine_keeps_the_contract() {
 }
 
 /// Reopens sled once the previous engine's threads let go of its lock.
-fn reopen_sled(dir: &std::path::Path) -> SledEngine {
+pub(super) fn reopen_sled(dir: &std::path::Path) -> SledEngine {
     for _ in 0..300 {
         if let Ok(e) = SledEngine::open_flushed_only(dir) {
             return e;

@@ -163,18 +163,26 @@ impl Node {
         true
     }
 
-    pub(crate) fn split(mut self) -> (Node, Node) {
+    pub(crate) fn split(self) -> (Node, Node) {
+        let split_point = self.data.len() / 2 + 1;
+        self.split_at(split_point)
+    }
+
+    /// kvd patch: `split` with the left node keeping its first `split_point` entries (the
+    /// bulk append in `Tree::apply_batch_appending` cuts an oversized node into full leaves).
+    pub(crate) fn split_at(mut self, split_point: usize) -> (Node, Node) {
+        assert!(split_point > 0 && split_point < self.data.len());
         fn split_inner<T>(
             keys: &mut Vec<IVec>,
             values: &mut Vec<T>,
             old_prefix: &[u8],
             old_hi: &[u8],
             suffix_truncation: bool,
+            split_point: usize,
         ) -> (IVec, u8, Vec<IVec>, Vec<T>)
         where
             T: Clone + Ord,
         {
-            let split_point = keys.len() / 2 + 1;
             let right_keys = keys.split_off(split_point);
             let right_values = values.split_off(split_point);
             let right_min = &right_keys[0];
@@ -252,6 +260,7 @@ impl Node {
                         prefixed_lo,
                         prefixed_hi,
                         false,
+                        split_point,
                     );
 
                 (
@@ -271,6 +280,7 @@ impl Node {
                         prefixed_lo,
                         prefixed_hi,
                         true,
+                        split_point,
                     );
 
                 (
