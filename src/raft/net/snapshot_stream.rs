@@ -3,9 +3,10 @@
 //! generation of its own as the chunks arrive (`state_machine::staging`).
 //!
 //! Invariants:
-//! - Neither side holds more than a chunk or two of a snapshot in memory: the sender reads
-//!   the next chunk only when the gRPC stream asks for it (HTTP/2 flow control holds the
-//!   stream back while the peer is behind), the receiver takes the next chunk only while its
+//! - Neither side holds more than a few chunks of a snapshot in memory: the sender reads
+//!   (encodes) one chunk ahead of the gRPC stream, on a thread at nice 10, and waits while
+//!   the stream does not take it (HTTP/2 flow control holds the stream back while the peer
+//!   is behind), the receiver takes the next chunk only while its
 //!   engine writes keep up (a queue of two chunks).
 //! - The bytes sent are a whole snapshot file's, checksum included: the receiver checks what
 //!   it staged before openraft sees it, so a stream that broke, or ended early because a read
@@ -23,6 +24,7 @@ use tonic::Status;
 use crate::proto::kvdpb::SnapshotChunk;
 use crate::raft::error::StoreError;
 use crate::raft::limits::SNAPSHOT_CHUNK;
+use crate::raft::sm::background;
 use crate::raft::sm::snapshot_data::{Encoder, SnapshotData};
 use crate::raft::sm::state_machine::{StagedSnapshot, Stager};
 use crate::sync::LockExt;
@@ -88,34 +90,50 @@ pub fn chunks(
             "{s:?} is a received snapshot, installed, never sent"
         )))),
     };
+    // Read (a live snapshot: encoded from the engine) on a thread at a lower priority, one
+    // chunk ahead of the stream: the leader's client traffic goes first.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
     let failed = failure.clone();
-    let data = futures::stream::unfold(Some(source), move |source| {
+    let started = background::spawn("kvd-snap-send", move || {
+        let mut source = source?;
+        while let Some(chunk) = source.next()? {
+            if tx.blocking_send(chunk).is_err() {
+                // The stream was dropped: the send ended.
+                break;
+            }
+        }
+        Ok(())
+    })
+    .map_err(StoreError::Io);
+    let done = match started {
+        Ok(done) => Some(done),
+        Err(e) => {
+            *failure.lock_or_recover() = Some(e);
+            None
+        }
+    };
+    let data = futures::stream::unfold((rx, done), move |(mut rx, done)| {
         let failed = failed.clone();
         async move {
-            let mut source = match source? {
-                Ok(s) => s,
-                Err(e) => {
-                    *failed.lock_or_recover() = Some(e);
-                    return None;
-                }
-            };
-            let read = tokio::task::spawn_blocking(move || source.next().map(|c| (c, source)))
-                .await
-                .unwrap_or_else(|e| Err(StoreError::Io(std::io::Error::other(e))));
-            match read {
-                Ok((Some(data), source)) => Some((
-                    SnapshotChunk {
-                        header: Vec::new(),
-                        data,
-                    },
-                    Some(Ok(source)),
-                )),
-                Ok((None, _)) => None,
-                Err(e) => {
-                    *failed.lock_or_recover() = Some(e);
-                    None
-                }
+            if let Some(data) = rx.recv().await {
+                let chunk = SnapshotChunk {
+                    header: Vec::new(),
+                    data,
+                };
+                return Some((chunk, (rx, done)));
             }
+            // The reader ended: after the last chunk, or early on an error (which the
+            // receiver's check of the whole file also catches).
+            let ended = match done?.await {
+                Ok(ended) => ended,
+                Err(_) => Err(StoreError::Io(std::io::Error::other(
+                    "the snapshot send thread panicked",
+                ))),
+            };
+            if let Err(e) = ended {
+                *failed.lock_or_recover() = Some(e);
+            }
+            None
         }
     });
     (futures::stream::iter([first]).chain(data), failure)

@@ -1,4 +1,5 @@
-//! Long, deferrable work (building a snapshot) on its own thread at a lower CPU priority.
+//! Long, deferrable work (building a snapshot, encoding one for a follower, writing a received
+//! one) on its own thread at a lower CPU priority.
 //!
 //! Every member takes its snapshot at about the same log index, so copying and encoding the
 //! state (seconds for a large history) competes for the CPU with the applies and the WAL on
@@ -22,6 +23,19 @@ where
     R: Send + 'static,
     F: FnOnce() -> R + Send + 'static,
 {
+    spawn(name, f)?
+        .await
+        .map_err(|_| io::Error::other(format!("the {name} thread panicked")))
+}
+
+/// Starts `f` on a new thread named `name` at nice [`NICE`] (threads it starts inherit the
+/// priority); its result arrives on the returned receiver, which closes without one if `f`
+/// panics. Dropping the receiver does not stop `f`.
+pub fn spawn<R, F>(name: &str, f: F) -> io::Result<tokio::sync::oneshot::Receiver<R>>
+where
+    R: Send + 'static,
+    F: FnOnce() -> R + Send + 'static,
+{
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name(name.to_string())
@@ -29,8 +43,7 @@ where
             lower_priority();
             let _ = tx.send(f());
         })?;
-    rx.await
-        .map_err(|_| io::Error::other(format!("the {name} thread panicked")))
+    Ok(rx)
 }
 
 fn lower_priority() {

@@ -16,6 +16,8 @@
 //!   tree (with the snapshot's last-applied log id and membership) last, the engine flushed
 //!   and its files and directories synced; the checksum, at the end of the stream, was found
 //!   right before that.
+//! - The decoding and the engine writes run at nice 10 (`background`), below the member's
+//!   applies, WAL writes and peer traffic.
 //! - Memory is bounded: the receiver holds at most [`QUEUED_CHUNKS`] chunks besides the one
 //!   being decoded, and waits (holding the leader back through HTTP/2 flow control) while the
 //!   engine writes are behind. The key index is built as the history arrives, as a load does.
@@ -30,9 +32,9 @@ use std::time::{Duration, Instant};
 use super::{blocking, snapshot_meta_writes, ApplyingSnapshot, StateMachine};
 use crate::mvcc::{MvccError, Staged, StorageError, StoreEngine};
 use crate::raft::error::StoreError;
-use crate::raft::sm::engine_dir;
 use crate::raft::sm::snapshot_file;
 use crate::raft::sm::snapshot_format::Reader;
+use crate::raft::sm::{background, engine_dir};
 use crate::raft::types::SnapshotMeta;
 use crate::sync::LockExt;
 use crate::wal::WalFs;
@@ -82,7 +84,7 @@ impl Drop for StagedSnapshot {
 /// generation on a thread of its own as they arrive (see the module doc).
 pub struct Stager {
     tx: tokio::sync::mpsc::Sender<Vec<u8>>,
-    worker: tokio::task::JoinHandle<Result<StagedSnapshot, StoreError>>,
+    worker: tokio::sync::oneshot::Receiver<Result<StagedSnapshot, StoreError>>,
 }
 
 impl Stager {
@@ -101,7 +103,7 @@ impl Stager {
         drop(self.tx);
         self.worker
             .await
-            .map_err(|e| StoreError::Io(io::Error::other(e.to_string())))?
+            .map_err(|_| StoreError::Io(io::Error::other("the snapshot staging thread panicked")))?
     }
 }
 
@@ -152,7 +154,9 @@ impl StateMachine {
             read: 0,
         };
         let meta = meta.clone();
-        let worker = tokio::task::spawn_blocking(move || {
+        // At a lower priority: the member's own applies, WAL writes and peer traffic go first
+        // (on a machine it shares, the leader's too); a snapshot being received can wait.
+        let worker = background::spawn("kvd-stage", move || {
             let started = Instant::now();
             let mut staged = StagedSnapshot {
                 meta,
@@ -176,7 +180,8 @@ impl StateMachine {
                     Err(e)
                 }
             }
-        });
+        })
+        .map_err(StoreError::Io)?;
         Ok(Stager { tx, worker })
     }
 
