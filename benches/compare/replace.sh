@@ -4,10 +4,11 @@
 # removed (`etcdctl member remove`) and stopped; a new member is added as a learner
 # (`member add --learner`), started empty, and promoted (`member promote`, retried every
 # 100 ms) as soon as the leader allows it. Reports the time from the new member's start until
-# the promotion succeeds, the new member's peak RSS (VmHWM) and RSS once promoted, the
-# leader's peak RSS while it sends (VmRSS sampled every 50 ms), and the p99 / max latency of a
-# 1-client writer putting to the leader at 100 puts/s for 30 s from one second before the new
-# member starts. kvd and etcd 3.4 in turn, ROUNDS times; data dirs removed after each run.
+# the promotion succeeds, the new member's peak RSS (VmHWM), RSS and bytes written (write_bytes
+# in /proc/PID/io) once promoted, the leader's peak RSS while it sends (VmRSS sampled every
+# 50 ms), and the p99 / max latency of a 1-client writer putting to the leader at 100 puts/s
+# for 30 s from one second before the new member starts. kvd and etcd 3.4 in turn, ROUNDS
+# times; data dirs removed after each run.
 #
 # Usage: benches/compare/replace.sh [out-dir]
 # Env:   ROUNDS (1) KEYS (1000000) VAL (1024) SYSTEMS ("kvd etcd"; NAME=BIN runs a kvd build
@@ -102,15 +103,16 @@ one() {
   touch "$OUT/stop"
   wait "$pr"
   ((ok)) || echo "$sys: m3 was not promoted ($(tail -1 "$dir/promote.err")); logs in $dir" >&2
-  local hwm now
+  local hwm now wr_mib
   hwm=$(rss_mib "$m3" VmHWM)
   now=$(rss_mib "$m3" VmRSS)
+  wr_mib=$(written_mib "$m3")
   wait "$wr" || echo "$sys: the writer failed" >&2
   local lat
   lat=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["latency_ms"]["p99"], j["latency_ms"]["max"], j["errors"])' "$dir/writer.json")
   read -r p99 mx errs <<<"$lat"
-  printf '%s round %s: %s keys x %s B; promoted %ss after the start; new member peak %s MiB, %s MiB once promoted; leader peak %s MiB; writer p99 %s ms, max %s ms, errors %s\n' \
-    "$sys" "$round" "$KEYS" "$VAL" "$(secs "$t0" "$t1")" "$hwm" "$now" "$(cat "$dir/leader_peak")" \
+  printf '%s round %s: %s keys x %s B; promoted %ss after the start; new member peak %s MiB, %s MiB once promoted, wrote %s MiB; leader peak %s MiB; writer p99 %s ms, max %s ms, errors %s\n' \
+    "$sys" "$round" "$KEYS" "$VAL" "$(secs "$t0" "$t1")" "$hwm" "$now" "$wr_mib" "$(cat "$dir/leader_peak")" \
     "$p99" "$mx" "$errs" | tee -a "$OUT/results.txt"
   cleanup
   rm -rf "$dir"
