@@ -7,7 +7,9 @@
 //! the disk (`write_bytes` in /proc/self/io); this binary has one test, so nothing else writes
 //! meanwhile.
 
-use kvd::mvcc::engine::{Engine, StoreEngine, Tree, WriteBatch};
+use kvd::mvcc::engine::{Engine, StoreEngine, Tree};
+
+mod common;
 
 const RECORDS: usize = 48 * 1024;
 const VALUE: usize = 1024;
@@ -29,18 +31,7 @@ fn a_bulk_load_is_written_about_once() {
     let before = written();
     {
         let engine = StoreEngine::open(d.path()).unwrap();
-        for chunk in 0..RECORDS / 1024 {
-            let mut batch = WriteBatch::default();
-            for i in chunk * 1024..(chunk + 1) * 1024 {
-                batch.put(
-                    Tree::Rev,
-                    (i as u64).to_be_bytes().to_vec(),
-                    vec![(i % 251) as u8; VALUE],
-                );
-            }
-            engine.write(batch).unwrap();
-        }
-        engine.flush().unwrap();
+        common::engine::write_records(&engine, RECORDS, VALUE);
     }
     let bytes = written() - before;
     let data = (RECORDS * (VALUE + 8)) as u64;
@@ -60,7 +51,7 @@ fn a_bulk_load_is_written_about_once() {
     for (i, item) in engine.iter(Tree::Rev).enumerate() {
         let (k, v) = item.unwrap();
         assert_eq!(&k[..], &(i as u64).to_be_bytes()[..]);
-        assert_eq!(&v[..], &vec![(i % 251) as u8; VALUE][..]);
+        assert_eq!(&v[..], &common::engine::value(i, VALUE)[..]);
         seen += 1;
     }
     assert_eq!(seen, RECORDS);

@@ -11,7 +11,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kvd::mvcc::engine::{Engine, EngineOptions, StoreEngine, Tree, WriteBatch};
+use kvd::mvcc::engine::{Engine, EngineOptions, StoreEngine, Tree};
+
+mod common;
 
 struct Counting;
 
@@ -45,18 +47,7 @@ fn a_full_scan_keeps_no_more_pages_than_the_cache_holds() {
     let options = EngineOptions { cache_bytes: CACHE };
     {
         let engine = StoreEngine::open_with(d.path(), options).unwrap();
-        for chunk in 0..RECORDS / 1024 {
-            let mut batch = WriteBatch::default();
-            for i in chunk * 1024..(chunk + 1) * 1024 {
-                batch.put(
-                    Tree::Rev,
-                    (i as u64).to_be_bytes().to_vec(),
-                    vec![(i % 251) as u8; VALUE],
-                );
-            }
-            engine.write(batch).unwrap();
-        }
-        engine.flush().unwrap();
+        common::engine::write_records(&engine, RECORDS, VALUE);
     }
     // Reopened, as a restart: nothing of the store is in memory yet.
     let engine = StoreEngine::open_with(d.path(), options).unwrap();

@@ -17,6 +17,7 @@ use kvd::proto::etcdserverpb::{
 use kvd::proto::mvccpb::KeyValue;
 use tonic::transport::Channel;
 
+pub mod engine;
 pub mod faults;
 pub mod tls;
 
