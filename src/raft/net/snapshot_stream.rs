@@ -6,8 +6,8 @@
 //! - Neither side holds more than a few chunks of a snapshot in memory: the sender reads
 //!   (encodes) one chunk ahead of the gRPC stream, on a thread at nice 10, and waits while
 //!   the stream does not take it (HTTP/2 flow control holds the stream back while the peer
-//!   is behind), the receiver takes the next chunk only while its
-//!   engine writes keep up (a queue of two chunks).
+//!   is behind); the receiver takes the next chunk only while its engine writes keep up (a
+//!   queue of two chunks).
 //! - The bytes sent are a whole snapshot file's, checksum included: the receiver checks what
 //!   it staged before openraft sees it, so a stream that broke, or ended early because a read
 //!   failed on the sender, fails that send only; it is never installed, and never reaches
