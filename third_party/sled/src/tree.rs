@@ -433,15 +433,15 @@ impl Tree {
 
     /// kvd patch: `apply_batch` for a bulk load. Where the batch only inserts, and its keys
     /// fall in the tree's last leaf (an append in key order, as a load, a restore or a
-    /// received snapshot writes), the leaf and the batch are written as full new leaves, each
-    /// once, and linked into the parent in one update, as a split links its right half.
-    /// `apply_batch` writes each insert as a delta on the last leaf, and the leaf again, whole,
-    /// each time it splits in two (every 8 inserts, the leaf's fanout being 16): about three
-    /// times the batch's bytes. Elsewhere (removes, keys inside the tree, a tree that is a
-    /// single leaf, a node being merged) this falls back to `apply_batch`'s inserts, for the
-    /// part of the batch it could not append, and so does a batch of fewer than 8 inserts
-    /// (their deltas cost less than a rewrite of the last leaf). Either way the batch is recovered atomically, as
-    /// `apply_batch`'s is.
+    /// received snapshot writes), the leaf and the batch are written as new leaves of
+    /// `APPEND_LEAF_ENTRIES`, each once, and linked into the parent in one update, as a split
+    /// links its right half. `apply_batch` writes each insert as a delta on the last leaf,
+    /// and the leaf again, whole, each time it splits in two (every 8 inserts, the leaf's
+    /// fanout being 16): 3-5 times the batch's bytes. Elsewhere (removes, keys inside the
+    /// tree, a tree that is a single leaf, a node being merged) this falls back to
+    /// `apply_batch`'s inserts, for the part of the batch it could not append, and so does a
+    /// batch of fewer than `APPEND_MIN_INSERTS` (their deltas cost less than a rewrite of the
+    /// last leaf). Either way the batch is recovered atomically, as `apply_batch`'s is.
     pub fn apply_batch_appending(&self, batch: Batch) -> Result<()> {
         let _cc = concurrency_control::write();
         let mut guard = pin();
