@@ -24,3 +24,5 @@ pub(crate) mod snapshot_stream;
 
 #[cfg(test)]
 mod commit_hold_tests;
+#[cfg(test)]
+mod snapshot_stream_tests;
