@@ -19,3 +19,18 @@ pub fn write_records(engine: &StoreEngine, records: usize, len: usize) {
     }
     engine.flush().unwrap();
 }
+
+/// Writes `records` history records as [`write_records`] does, but in batches of `per_batch`
+/// that also write the meta tree (the applied index), as the committer persists applied
+/// entries: each batch is a transaction over both trees. Then flushes.
+pub fn write_commits(engine: &StoreEngine, records: usize, len: usize, per_batch: usize) {
+    for first in (0..records).step_by(per_batch) {
+        let mut batch = WriteBatch::default();
+        for i in first..(first + per_batch).min(records) {
+            batch.put(Tree::Rev, (i as u64).to_be_bytes().to_vec(), value(i, len));
+        }
+        batch.put(Tree::Meta, &b"applied"[..], (first as u64).to_be_bytes().to_vec());
+        engine.write(batch).unwrap();
+    }
+    engine.flush().unwrap();
+}

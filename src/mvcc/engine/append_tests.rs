@@ -1,8 +1,9 @@
 //! The history written in key order in large batches (a load, a received snapshot, a
-//! defragmentation's copy), which sled lays out as whole leaves (`apply_batch_appending`,
-//! third_party/sled): read back the same as batches written one insert at a time, by
-//! concurrent readers while it grows, after removes and inserts in the middle, and after a
-//! reopen. That it is written about once is `tests/engine_bulk_writes.rs`'s.
+//! defragmentation's copy, alone; the committer's, with the meta tree in one transaction),
+//! which sled lays out as whole leaves (`apply_batch_appending`, third_party/sled): read back
+//! the same as batches written one insert at a time, by concurrent readers while it grows,
+//! after removes and inserts in the middle, and after a reopen. That it is written about once
+//! is `tests/engine_bulk_writes.rs`'s.
 
 use std::collections::BTreeMap;
 use std::ops::Bound::{Included, Unbounded};
@@ -60,6 +61,16 @@ fn check(e: &SledEngine, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
 
 #[test]
 fn history_appended_in_key_order_reads_back() {
+    appended_in_key_order_reads_back(false);
+}
+
+/// As the committer writes: each batch also writes the meta tree, so it is a transaction.
+#[test]
+fn history_appended_with_the_meta_tree_reads_back() {
+    appended_in_key_order_reads_back(true);
+}
+
+fn appended_in_key_order_reads_back(with_meta: bool) {
     let dir = tempfile::tempdir().unwrap();
     let e = SledEngine::open_flushed_only(dir.path()).unwrap();
     let mut model = BTreeMap::new();
@@ -87,6 +98,9 @@ fn history_appended_in_key_order_reads_back() {
         for i in b * PER_BATCH..(b + 1) * PER_BATCH {
             batch.put(Tree::Rev, key(i), val(i, 0));
             model.insert(key(i), val(i, 0));
+        }
+        if with_meta {
+            batch.put(Tree::Meta, &b"applied"[..], b.to_be_bytes().to_vec());
         }
         e.write(batch).unwrap();
         written.store((b + 1) * PER_BATCH, Ordering::Release);
@@ -117,10 +131,17 @@ fn history_appended_in_key_order_reads_back() {
         batch.put(Tree::Rev, key(i), val(i, 3));
         model.insert(key(i), val(i, 3));
     }
+    if with_meta {
+        batch.put(Tree::Meta, &b"applied"[..], BATCHES.to_be_bytes().to_vec());
+    }
     e.write(batch).unwrap();
     check(&e, &model);
     e.flush().unwrap();
     drop(e);
     let e = super::tests::reopen_sled(dir.path());
     check(&e, &model);
+    if with_meta {
+        let applied = e.get(Tree::Meta, b"applied").unwrap().unwrap();
+        assert_eq!(&applied[..], &BATCHES.to_be_bytes()[..]);
+    }
 }

@@ -3,10 +3,10 @@
 //! (`chunks`).
 //!
 //! # Invariants
-//! - A batch that writes one tree is one `Tree::apply_batch` (`apply_batch_appending` for
-//!   the history, which lays out a bulk load's appends as whole leaves); a batch that writes
-//!   several is one sled transaction over the three trees. sled recovers each atomically
-//!   after a crash.
+//! - A batch that writes one tree is one `Tree::apply_batch`; a batch that writes several is
+//!   one sled transaction over the three trees. sled recovers each atomically after a crash.
+//!   The history's writes go through sled's `apply_batch_appending` either way, which lays
+//!   out appends in key order (a load's, the committer's) as whole leaves.
 //! - sled's own background flush may make writes durable before [`Engine::flush`]; it keeps
 //!   whole batches only, in order, which is what the contract allows.
 //! - sled's page cache holds at most [`EngineOptions::cache_bytes`] of pages, counted as
@@ -325,7 +325,9 @@ impl Engine for SledEngine {
                     }
                 }
                 let res = (&trees.rev, &trees.meta, &trees.lease).transaction(|(tr, tm, tl)| {
-                    tr.apply_batch(&b[tree_slot(Tree::Rev)])?;
+                    // The committer's batches append to the history in key order: as whole
+                    // leaves, as a bulk load's (third_party/sled).
+                    tr.apply_batch_appending(&b[tree_slot(Tree::Rev)])?;
                     tm.apply_batch(&b[tree_slot(Tree::Meta)])?;
                     tl.apply_batch(&b[tree_slot(Tree::Lease)])?;
                     Ok::<(), ConflictableTransactionError<()>>(())

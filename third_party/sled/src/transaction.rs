@@ -97,6 +97,9 @@ pub struct TransactionalTree {
     pub(super) writes: Rc<RefCell<Map<IVec, Option<IVec>>>>,
     pub(super) read_cache: Rc<RefCell<Map<IVec, Option<IVec>>>>,
     pub(super) flush_on_commit: Rc<RefCell<bool>>,
+    /// kvd patch: set by `apply_batch_appending`; the commit writes this tree's staged
+    /// writes through `Tree::append_writes_inner`.
+    pub(super) appending: Rc<RefCell<bool>>,
 }
 
 /// An error type that is returned from the closure
@@ -331,6 +334,17 @@ impl TransactionalTree {
         Ok(())
     }
 
+    /// kvd patch: `apply_batch`, and the commit writes this tree's staged writes as
+    /// `Tree::apply_batch_appending` does (appends to the last leaf as whole leaves), under
+    /// the transaction's log peg, so they are recovered atomically with the other trees'.
+    pub fn apply_batch_appending(
+        &self,
+        batch: &Batch,
+    ) -> UnabortableTransactionResult<()> {
+        *self.appending.borrow_mut() = true;
+        self.apply_batch(batch)
+    }
+
     /// Flush the database before returning from the transaction.
     pub fn flush(&self) {
         *self.flush_on_commit.borrow_mut() = true;
@@ -361,6 +375,11 @@ impl TransactionalTree {
     fn commit(&self) -> Result<()> {
         let writes = self.writes.borrow();
         let mut guard = pin();
+        if *self.appending.borrow() {
+            let writes =
+                writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            return self.tree.append_writes_inner(writes, &mut guard);
+        }
         for (k, v_opt) in &*writes {
             while self.tree.insert_inner(k, v_opt.clone(), &mut guard)?.is_err()
             {
@@ -374,6 +393,7 @@ impl TransactionalTree {
             writes: Default::default(),
             read_cache: Default::default(),
             flush_on_commit: Default::default(),
+            appending: Default::default(),
         }
     }
 }

@@ -445,15 +445,36 @@ impl Tree {
     pub fn apply_batch_appending(&self, batch: Batch) -> Result<()> {
         let _cc = concurrency_control::write();
         let mut guard = pin();
-        // A few inserts cost less as deltas than as a rewrite of the last leaf.
-        if batch.writes.len() < APPEND_MIN_INSERTS
-            || batch.writes.values().any(Option::is_none)
-        {
-            return self.apply_batch_inner(batch, &mut guard);
-        }
         let peg = self.context.pin_log(&guard)?;
-        let mut entries: Vec<(IVec, IVec)> = batch
-            .writes
+        self.append_writes_inner(batch.writes.into_iter().collect(), &mut guard)?;
+        // when the peg drops, it ensures all updates
+        // written to the log since its creation are
+        // recovered atomically
+        peg.seal_batch()
+    }
+
+    /// kvd patch: the writes of `apply_batch_appending`, under a log peg and the write side
+    /// of the concurrency control that the caller holds (that method, or a transaction's
+    /// commit for a tree staged with `TransactionalTree::apply_batch_appending`).
+    pub(crate) fn append_writes_inner(
+        &self,
+        writes: Vec<(IVec, Option<IVec>)>,
+        guard: &mut Guard,
+    ) -> Result<()> {
+        // A few inserts cost less as deltas than as a rewrite of the last leaf.
+        if writes.len() < APPEND_MIN_INSERTS
+            || writes.iter().any(|(_, v)| v.is_none())
+        {
+            for (k, v_opt) in writes {
+                loop {
+                    if self.insert_inner(&k, v_opt.clone(), guard)?.is_ok() {
+                        break;
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let mut entries: Vec<(IVec, IVec)> = writes
             .into_iter()
             .map(|(k, v)| (k, v.expect("checked above: inserts only")))
             .collect();
@@ -461,7 +482,7 @@ impl Tree {
         entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut rest = &entries[..];
         while !rest.is_empty() {
-            let n = match self.append_to_last_leaf(rest, &guard)? {
+            let n = match self.append_to_last_leaf(rest, &*guard)? {
                 Append::Appended(n) => {
                     rest = &rest[n..];
                     continue;
@@ -470,14 +491,14 @@ impl Tree {
             };
             for (k, v) in &rest[..n] {
                 loop {
-                    if self.insert_inner(k, Some(v.clone()), &mut guard)?.is_ok() {
+                    if self.insert_inner(k, Some(v.clone()), guard)?.is_ok() {
                         break;
                     }
                 }
             }
             rest = &rest[n..];
         }
-        peg.seal_batch()
+        Ok(())
     }
 
     /// Appends a prefix of `entries` (sorted, unique) to the tree's last leaf as described at
