@@ -15,9 +15,13 @@
 #                 all lists the three members in order, and the load tool spreads its
 #                 connections over them as etcd clients and API servers given every member do
 #                 (1 client: the first member, leader or not)
+#        VAL (256) value bytes; KEYSPACE (100000) keys, 8 bytes each
 #        KVBENCH_BIN (default: $CARGO_TARGET_DIR or target, release/)
 # Output: raw.tsv (system, round, test, qps, p50, p99, errors, leader fsyncs per put, CPU us of
-#         the three members per put) and the medians table on stdout; for 1 client, each run's
+#         the three members per put, bytes a member sent to its disk per put, WAL and engine:
+#         /proc/PID/io write_bytes of the three, read 1 s after the run so that the engine's
+#         background flush (sled's every 500 ms, bbolt's every 100 ms) is counted, divided by
+#         3) and the medians table on stdout; for 1 client, each run's
 #         latency log (SYS-rROUND-put-1.lat: start and latency in us per put) and the share of
 #         puts over 1, 2, 3 and 5 ms per system, all rounds pooled (where the tail starts).
 set -euo pipefail
@@ -45,7 +49,15 @@ cpu_ticks() {
   echo "$t"
 }
 
-KEYS=(--key-size 8 --val-size 256 --key-space-size 100000)
+written_bytes() {
+  local i t=0
+  for i in 0 1 2; do
+    t=$((t + $(awk '$1 == "write_bytes:" { print $2 }' "/proc/${MPID[$1,$i]}/io")))
+  done
+  echo "$t"
+}
+
+KEYS=(--key-size 8 --val-size "${VAL:-256}" --key-space-size "${KEYSPACE:-100000}")
 bench() {
   local sys=$1 round=$2 c=$3 n=$TOTAL conns=$CONNS
   ((c == 1)) && n=$TOTAL_SEQ conns=1
@@ -54,27 +66,32 @@ bench() {
   [[ $TARGET == follower ]] && t=$(((l + 1) % 3))
   local ep=${CLIENT[$sys,$t]} mu=${METRICS[$sys,$l]}
   [[ $TARGET == all ]] && ep="${CLIENT[$sys,0]},${CLIENT[$sys,1]},${CLIENT[$sys,2]}"
-  local f0 c0 f1 c1 j="$OUT/$sys-r$round-put-$c.json"
+  local f0 c0 w0 f1 c1 w1 j="$OUT/$sys-r$round-put-$c.json"
   f0=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
   c0=$(cpu_ticks "$sys")
+  w0=$(written_bytes "$sys")
   local log=()
   ((c == 1)) && log=(--latency-log "$OUT/$sys-r$round-put-1.lat")
   "$KVBENCH_BIN" --endpoints "$ep" --json "${log[@]}" put "${KEYS[@]}" --clients "$c" \
     --conns "$conns" --total "$n" >"$j"
   c1=$(cpu_ticks "$sys")
   f1=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
+  sleep 1
+  w1=$(written_bytes "$sys")
   python3 - "$j" "$sys" "$round" "put-$c" "$f0" "$f1" "$((c1 - c0))" "$(getconf CLK_TCK)" \
-    >>"$RAW" <<'PY'
+    "$((w1 - w0))" >>"$RAW" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-name, rnd, test, f0, f1, ticks, hz = sys.argv[2:9]
+name, rnd, test, f0, f1, ticks, hz, written = sys.argv[2:10]
 ok = j["ok"]
 fpw = (float(f1) - float(f0)) / ok if ok else 0.0
 cpu = int(ticks) / int(hz) * 1e6 / ok if ok else 0.0
+wpp = int(written) / 3 / ok if ok else 0.0
 print("\t".join(map(str, [name, rnd, test, round(j["qps"], 1), j["latency_ms"]["p50"],
-                          j["latency_ms"]["p99"], j["errors"], round(fpw, 3), round(cpu)])))
+                          j["latency_ms"]["p99"], j["errors"], round(fpw, 3), round(cpu),
+                          round(wpp)])))
 PY
-  echo "  $sys r$round put-$c: $(tail -1 "$RAW" | cut -f4-9)  load $(cut -d' ' -f1 /proc/loadavg)" >&2
+  echo "  $sys r$round put-$c: $(tail -1 "$RAW" | cut -f4-10)  load $(cut -d' ' -f1 /proc/loadavg)" >&2
 }
 
 echo "output: $OUT" >&2
@@ -109,21 +126,23 @@ raw, names = sys.argv[1], sys.argv[2:]
 runs = defaultdict(list)
 tests = []
 for line in open(raw):
-    s, _r, t, qps, p50, p99, err, fpw, cpu = line.rstrip("\n").split("\t")
-    runs[(s, t)].append((float(qps), float(p50), float(p99), int(err), float(fpw), float(cpu)))
+    s, _r, t, qps, p50, p99, err, fpw, cpu, wpp = line.rstrip("\n").split("\t")
+    runs[(s, t)].append((float(qps), float(p50), float(p99), int(err), float(fpw), float(cpu),
+                         float(wpp)))
     if t not in tests:
         tests.append(t)
 base = names[0]
 print(f"Medians over rounds; ratios are to {base}.\n")
-print("| test | system | puts/s | p50 ms | p99 ms | errors | fsyncs/put | CPU us/put | puts/s ratio | p99 ratio | CPU ratio |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| test | system | puts/s | p50 ms | p99 ms | errors | fsyncs/put | CPU us/put | written B/put/member | puts/s ratio | p99 ratio | CPU ratio | written ratio |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 med = lambda s, t, k: statistics.median(r[k] for r in runs[(s, t)])
 for t in tests:
     for s in names:
-        q, p50, p99, fpw, cpu = (med(s, t, k) for k in (0, 1, 2, 4, 5))
+        q, p50, p99, fpw, cpu, wpp = (med(s, t, k) for k in (0, 1, 2, 4, 5, 6))
         err = sum(r[3] for r in runs[(s, t)])
-        rq, r99, rc = (f"{med(s, t, k) / med(base, t, k):.2f}" for k in (0, 2, 5))
-        print(f"| {t} | {s} | {q:.0f} | {p50:.2f} | {p99:.2f} | {err} | {fpw:.3f} | {cpu:.0f} | {rq} | {r99} | {rc} |")
+        rq, r99, rc, rw = (f"{med(s, t, k) / med(base, t, k):.2f}" if med(base, t, k) else "-"
+                           for k in (0, 2, 5, 6))
+        print(f"| {t} | {s} | {q:.0f} | {p50:.2f} | {p99:.2f} | {err} | {fpw:.3f} | {cpu:.0f} | {wpp:.0f} | {rq} | {r99} | {rc} | {rw} |")
 PY
 
 if [[ " $CLIENTS " == *" 1 "* ]]; then

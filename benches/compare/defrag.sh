@@ -3,7 +3,8 @@
 # bytes over KEYS keys (64 clients, sequential keys), the history is compacted away at the
 # last revision (`compaction --physical`), then `etcdctl defrag` runs against the member.
 # Reports the defrag's wall time, the member's RSS before -> peak during (VmRSS sampled every
-# 50 ms) -> after, the bytes it wrote (/proc/PID/io) and the data dir before and after. kvd
+# 50 ms) -> after, the bytes it wrote (/proc/PID/io) and the data dir before and after (and
+# after, per entry of its member/ directory: WAL, snapshots, engine). kvd
 # and etcd 3.4 in turn, ROUNDS times; the data dirs are removed after each run.
 #
 # Usage: benches/compare/defrag.sh [out-dir]
@@ -65,10 +66,12 @@ one() {
   touch "$OUT/stop"
   wait "$pr"
   sleep 1
-  printf '%s round %s: %s puts over %s keys x %s B; defrag %ss; RSS %s -> peak %s -> %s MiB; wrote %s MiB; data dir %s -> %s MiB\n' \
+  local parts
+  parts=$(cd "$dir/data" && du -sm member/* | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1 }')
+  printf '%s round %s: %s puts over %s keys x %s B; defrag %ss; RSS %s -> peak %s -> %s MiB; wrote %s MiB; data dir %s -> %s MiB (%s)\n' \
     "$sys" "$round" "$PUTS" "$KEYS" "$VAL" "$(secs "$d0" "$d1")" "$rss0" "$(cat "$dir/peak")" \
     "$(rss_mib "$pid")" "$(($(written_mib "$pid") - w0))" "$disk0" \
-    "$(du -sm "$dir/data" | awk '{print $1}')" | tee -a "$OUT/results.txt"
+    "$(du -sm "$dir/data" | awk '{print $1}')" "$parts" | tee -a "$OUT/results.txt"
   cleanup
   rm -rf "$dir"
 }
