@@ -1,6 +1,7 @@
 //! The peer transport, client side: openraft's RPCs over tonic ([`network`]), TLS dialing
 //! ([`dial`]), per-peer health ([`links`]), typed failure causes ([`peer_error`]), snapshots
-//! on the wire ([`snapshot_stream`]), follower writes forwarded to the leader in batches
+//! on the wire ([`snapshot_stream`]) over a connection of their own ([`snapshot_link`]),
+//! follower writes forwarded to the leader in batches
 //! ([`forward_batch`]), and commit indexes that ride on the next write ([`commit_hold`]).
 //!
 //! The serving side (`peer_service`) and the prober drive a node, so they live beside the node
@@ -20,6 +21,7 @@ pub(crate) mod forward_batch;
 pub(crate) mod links;
 pub(crate) mod network;
 pub(crate) mod peer_error;
+pub(crate) mod snapshot_link;
 pub(crate) mod snapshot_stream;
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Peer network client: openraft's RPCs over tonic to other members.
 //!
 //! One tonic `Channel` per peer URL is built once and shared by every connection openraft
-//! creates (replication, heartbeat, snapshot), so no RPC pays for a TCP/HTTP2 handshake.
+//! creates (replication, heartbeat), so no RPC pays for a TCP/HTTP2 handshake. A snapshot
+//! send opens a connection of its own on a low-priority thread (`snapshot_link`).
 //! Appends are pipelined over one bidirectional stream per replication session (openraft's
 //! default `stream_append` would be stop-and-wait).
 //!
@@ -95,6 +96,13 @@ impl Channels {
         if let Some(c) = m.get(url) {
             return Ok(c.clone());
         }
+        let ch = self.dial(url)?.open();
+        m.insert(url.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    /// How to open a new connection to `url`, not shared with anything else.
+    pub fn dial(&self, url: &str) -> Result<PeerDial, String> {
         if !self.can_dial(url) {
             return Err(format!(
                 "cannot dial peer URL {url}: its scheme needs peer TLS, which this member lacks"
@@ -107,7 +115,7 @@ impl Channels {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5));
-        let ch = match &self.tls {
+        let tls = match &self.tls {
             Some(config)
                 if url
                     .get(..8)
@@ -117,25 +125,53 @@ impl Channels {
                 // the override's address when a test proxies the link.
                 let (_, name) = crate::raft::net::dial::target(url)?;
                 let (addr, _) = crate::raft::net::dial::target(dial)?;
-                endpoint.connect_with_connector_lazy(crate::raft::net::dial::TlsDial {
+                Some(crate::raft::net::dial::TlsDial {
                     config: config.clone(),
                     addr,
                     name,
                 })
             }
-            _ => endpoint.connect_lazy(),
+            _ => None,
         };
-        m.insert(url.to_string(), ch.clone());
-        Ok(ch)
+        Ok(PeerDial { endpoint, tls })
     }
 
     /// A peer client for `member` (its first peer URL).
     pub fn peer(&self, member: &Member) -> Result<PeerClient<Channel>, String> {
-        let url = member.peer_urls.first().ok_or("member has no peer URL")?;
-        let ch = self.get(url)?;
-        Ok(PeerClient::new(ch)
-            .max_decoding_message_size(MAX_PEER_MESSAGE)
-            .max_encoding_message_size(MAX_PEER_MESSAGE))
+        Ok(peer_client(self.get(first_url(member)?)?))
+    }
+}
+
+fn first_url(member: &Member) -> Result<&str, String> {
+    member
+        .peer_urls
+        .first()
+        .map(String::as_str)
+        .ok_or_else(|| "member has no peer URL".to_string())
+}
+
+/// A peer client on `ch`, with the peer messages' size limits.
+pub fn peer_client(ch: Channel) -> PeerClient<Channel> {
+    PeerClient::new(ch)
+        .max_decoding_message_size(MAX_PEER_MESSAGE)
+        .max_encoding_message_size(MAX_PEER_MESSAGE)
+}
+
+/// How to connect to one peer URL ([`Channels::dial`]).
+#[derive(Clone)]
+pub struct PeerDial {
+    endpoint: Endpoint,
+    tls: Option<crate::raft::net::dial::TlsDial>,
+}
+
+impl PeerDial {
+    /// A channel that connects on first use. Its worker task is spawned on the current
+    /// runtime, which then carries the connection's traffic.
+    pub fn open(self) -> Channel {
+        match self.tls {
+            Some(tls) => self.endpoint.connect_with_connector_lazy(tls),
+            None => self.endpoint.connect_lazy(),
+        }
     }
 }
 
@@ -154,6 +190,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
         PeerConnection {
             target,
             client: self.channels.peer(node),
+            snapshot_dial: first_url(node).and_then(|url| self.channels.dial(url)),
             links: self.links.clone(),
             retry: Retry::default(),
             commit_waits: self.commit_waits.clone(),
@@ -188,6 +225,8 @@ impl Retry {
 pub struct PeerConnection {
     target: NodeId,
     client: Result<PeerClient<Channel>, String>,
+    /// Snapshots go over a connection of their own (`snapshot_link`).
+    snapshot_dial: Result<PeerDial, String>,
     links: Links,
     retry: Retry,
     commit_waits: CommitWaits,
@@ -376,20 +415,21 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let mut client = match self.client.clone() {
-            Ok(c) => c,
+        let dial = match self.snapshot_dial.clone() {
+            Ok(d) => d,
             Err(e) => {
                 self.links.failed(self.target, PeerFailure::BadAddress);
                 self.pace().await;
                 return Err(StreamingError::Unreachable(Unreachable::new(&Msg(e))));
             }
         };
-        // Streamed a chunk at a time (see `snapshot_stream`).
+        // Streamed a chunk at a time (see `snapshot_stream`), on a connection and a thread of
+        // its own (`snapshot_link`).
         let header = encode(&(vote, snapshot.meta.clone()));
         let (chunks, read_failure) =
             crate::raft::net::snapshot_stream::chunks(header, snapshot.snapshot);
         let started = std::time::Instant::now();
-        let send = client.install_snapshot(chunks);
+        let send = crate::raft::net::snapshot_link::install_snapshot(dial, chunks);
         let resp = tokio::select! {
             r = send => r,
             closed = cancel => return Err(StreamingError::Closed(closed)),
