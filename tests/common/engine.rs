@@ -29,7 +29,11 @@ pub fn write_commits(engine: &StoreEngine, records: usize, len: usize, per_batch
         for i in first..(first + per_batch).min(records) {
             batch.put(Tree::Rev, (i as u64).to_be_bytes().to_vec(), value(i, len));
         }
-        batch.put(Tree::Meta, &b"applied"[..], (first as u64).to_be_bytes().to_vec());
+        batch.put(
+            Tree::Meta,
+            &b"applied"[..],
+            (first as u64).to_be_bytes().to_vec(),
+        );
         engine.write(batch).unwrap();
     }
     engine.flush().unwrap();
