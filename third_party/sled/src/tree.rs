@@ -31,15 +31,18 @@ enum Tail<'g> {
 }
 
 /// kvd patch (`Tree::apply_batch_appending`): entries per leaf written by an append, leaves
-/// per parent update, and tries before falling back to inserts. 9 entries is what a leaf
-/// keeps when inserts in key order split it (past 16, at its midpoint), so an append lays out
-/// the tree as those inserts would, and reads, scans and the cache see the same pages.
-const APPEND_LEAF_ENTRIES: usize = 9;
+/// per parent update, and tries before falling back to inserts. 4 entries, the fewest a leaf
+/// keeps without being merged: a point read beyond the cache reads and decodes a whole leaf,
+/// so smaller leaves make random reads of an appended history cheaper (kvd's history leaves
+/// hold chunks of up to 6 KiB; decision mvcc-0006 in kvd's docs has the measurements).
+const APPEND_LEAF_ENTRIES: usize = 4;
 const APPEND_LEAVES: usize = 64;
 const APPEND_MIN_INSERTS: usize = 8;
 const APPEND_ATTEMPTS: usize = 4;
 /// `Node::should_split`'s threshold for a leaf.
 const LEAF_SPLITS_PAST: usize = 16;
+/// `Node::should_merge`'s threshold for a leaf.
+const LEAF_MERGES_BELOW: usize = 4;
 
 #[derive(Debug, Clone)]
 pub(crate) struct View<'g> {
@@ -535,17 +538,12 @@ impl Tree {
                 let (encoded, _) = node.node_kv_pair(k);
                 node.set_leaf(encoded, v.clone());
             }
-            // Leaves of APPEND_LEAF_ENTRIES, but the last keeps at least 4 entries (a leaf with
-            // fewer is merged into its left sibling by the next traversal).
+            // Leaves of APPEND_LEAF_ENTRIES, but none with fewer than LEAF_MERGES_BELOW
+            // entries (it would be merged into its left sibling by the next traversal): the
+            // last keeps up to APPEND_LEAF_ENTRIES + LEAF_MERGES_BELOW - 1.
             let mut leaves = Vec::new();
-            while node.data.len() > APPEND_LEAF_ENTRIES {
-                let len = node.data.len();
-                let at = if len >= APPEND_LEAF_ENTRIES * 3 / 2 {
-                    APPEND_LEAF_ENTRIES
-                } else {
-                    len / 2
-                };
-                let (left, right) = node.split_at(at);
+            while node.data.len() >= APPEND_LEAF_ENTRIES + LEAF_MERGES_BELOW {
+                let (left, right) = node.split_at(APPEND_LEAF_ENTRIES);
                 leaves.push(left);
                 node = right;
             }
