@@ -41,21 +41,17 @@ mkdir -p "$OUT"
 RAW=$OUT/raw.tsv
 trap cleanup EXIT
 
-cpu_ticks() {
+# sum_members SYS FILE PROGRAM: the sum over SYS's three members of what the awk PROGRAM
+# prints for /proc/PID/FILE.
+sum_members() {
   local i t=0
   for i in 0 1 2; do
-    t=$((t + $(awk '{ print $14 + $15 }' "/proc/${MPID[$1,$i]}/stat")))
+    t=$((t + $(awk "$3" "/proc/${MPID[$1,$i]}/$2")))
   done
   echo "$t"
 }
-
-written_bytes() {
-  local i t=0
-  for i in 0 1 2; do
-    t=$((t + $(awk '$1 == "write_bytes:" { print $2 }' "/proc/${MPID[$1,$i]}/io")))
-  done
-  echo "$t"
-}
+cpu_ticks() { sum_members "$1" stat '{ print $14 + $15 }'; }
+written_bytes() { sum_members "$1" io '$1 == "write_bytes:" { print $2 }'; }
 
 KEYS=(--key-size 8 --val-size "${VAL:-256}" --key-space-size "${KEYSPACE:-100000}")
 bench() {

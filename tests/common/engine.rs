@@ -38,3 +38,58 @@ pub fn write_commits(engine: &StoreEngine, records: usize, len: usize, per_batch
     }
     engine.flush().unwrap();
 }
+
+/// The bytes this process has sent to the disk (`write_bytes` in /proc/self/io).
+fn written() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes: "))
+        .expect("write_bytes in /proc/self/io")
+        .trim()
+        .parse()
+        .expect("a byte count")
+}
+
+/// Opens an engine in a new directory on the build's disk (not a tmpfs /tmp, where nothing
+/// would count as written), lets `write` write `records` records of `len` bytes into it and
+/// closes it; fails unless the bytes this process sent to the disk meanwhile are at least the
+/// records' and under 1.5 times them. The caller's binary must hold only this test, so that
+/// nothing else writes meanwhile. Returns the directory, for [`assert_records`].
+pub fn assert_written_about_once(
+    records: usize,
+    len: usize,
+    write: impl FnOnce(&StoreEngine),
+) -> tempfile::TempDir {
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let before = written();
+    {
+        let engine = StoreEngine::open(d.path()).unwrap();
+        write(&engine);
+    }
+    let bytes = written() - before;
+    let data = (records * (len + 8)) as u64;
+    eprintln!(
+        "{} MiB of records, {} MiB written ({:.2}x)",
+        data >> 20,
+        bytes >> 20,
+        bytes as f64 / data as f64
+    );
+    assert!(bytes >= data, "the records did not all reach the disk");
+    assert!(
+        bytes < data * 3 / 2,
+        "{bytes} bytes written for {data} bytes of records"
+    );
+    d
+}
+
+/// The history holds records 0..`records` as [`write_records`] writes them, and nothing else.
+pub fn assert_records(engine: &StoreEngine, records: usize, len: usize) {
+    let mut seen = 0;
+    for (i, item) in engine.iter(Tree::Rev).enumerate() {
+        let (k, v) = item.unwrap();
+        assert_eq!(&k[..], &(i as u64).to_be_bytes()[..]);
+        assert_eq!(&v[..], &value(i, len)[..]);
+        seen += 1;
+    }
+    assert_eq!(seen, records);
+}
