@@ -2,7 +2,8 @@
 //! defragmentation's copy, alone; the committer's, with the meta tree in one transaction),
 //! which sled lays out as whole leaves (`apply_batch_appending`, third_party/sled): read back
 //! the same as batches written one insert at a time, by concurrent readers while it grows,
-//! after removes and inserts in the middle, and after a reopen. That it is written about once
+//! after removes and inserts in the middle, after deletes that empty whole leaves (which sled
+//! merges), and after a reopen. That it is written about once
 //! is `tests/engine_bulk_writes.rs`'s.
 
 use std::collections::BTreeMap;
@@ -144,4 +145,56 @@ fn appended_in_key_order_reads_back(with_meta: bool) {
         let applied = e.get(Tree::Meta, b"applied").unwrap().unwrap();
         assert_eq!(&applied[..], &BATCHES.to_be_bytes()[..]);
     }
+}
+
+/// Compaction deletes runs of old records, so whole chunks go, and then whole leaves of 4
+/// entries: sled merges the emptied leaves into their neighbours while the committer goes on
+/// appending and readers scan.
+#[test]
+fn leaves_emptied_by_deletes_merge_while_appends_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = SledEngine::open_flushed_only(dir.path()).unwrap();
+    let mut model = BTreeMap::new();
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (e, done) = (e.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut scans = 0;
+            while !done.load(Ordering::Acquire) || scans == 0 {
+                let ks: Vec<Vec<u8>> = e.iter(Tree::Rev).map(|r| r.unwrap().0.to_vec()).collect();
+                assert!(ks.windows(2).all(|w| w[0] < w[1]), "a scan out of order");
+                scans += 1;
+            }
+            scans
+        })
+    };
+    let mut next = 0;
+    for round in 0..BATCHES {
+        let mut batch = WriteBatch::default();
+        for i in next..next + PER_BATCH {
+            batch.put(Tree::Rev, key(i), val(i, 0));
+            model.insert(key(i), val(i, 0));
+        }
+        next += PER_BATCH;
+        batch.put(Tree::Meta, &b"applied"[..], round.to_be_bytes().to_vec());
+        e.write(batch).unwrap();
+        // The oldest 300 records, then every other one of the next 200: whole chunks and
+        // leaves go, and a ragged edge of rewritten chunks is left.
+        let old: Vec<Vec<u8>> = model.keys().take(500).cloned().collect();
+        let mut batch = WriteBatch::default();
+        for (n, k) in old.into_iter().enumerate() {
+            if n < 300 || n % 2 == 0 {
+                batch.delete(Tree::Rev, k.clone());
+                model.remove(&k);
+            }
+        }
+        e.write(batch).unwrap();
+    }
+    done.store(true, Ordering::Release);
+    assert!(reader.join().unwrap() > 0);
+    check(&e, &model);
+    e.flush().unwrap();
+    drop(e);
+    let e = super::tests::reopen_sled(dir.path());
+    check(&e, &model);
 }
