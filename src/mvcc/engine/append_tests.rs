@@ -3,8 +3,8 @@
 //! which sled lays out as whole leaves (`apply_batch_appending`, third_party/sled): read back
 //! the same as batches written one insert at a time, by concurrent readers while it grows,
 //! after removes and inserts in the middle, after deletes that empty whole leaves (which sled
-//! merges), and after a reopen. That it is written about once
-//! is `tests/engine_bulk_writes.rs`'s.
+//! merges), and after a reopen. That it is written about once is
+//! `tests/engine_bulk_writes.rs`'s and `tests/engine_commit_writes.rs`'s.
 
 use std::collections::BTreeMap;
 use std::ops::Bound::{Included, Unbounded};
