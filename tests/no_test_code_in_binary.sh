@@ -5,7 +5,8 @@
 # those files leaves its source path behind; the fault tests' peer dial override (raft/net/dial_override.rs)
 # also leaves its environment variable's name. Snapshot files written, received and installed
 # as older releases did (raft/sm/snapshot_file_install.rs, raft/sm/install_file.rs) are tests'
-# only: kvd stages what it receives. The linker already drops unreferenced functions
+# only: kvd stages what it receives. sled's test hooks (third_party/sled/src/kvd_test_hooks.rs,
+# enabled by the `testkit` feature) leave their module's name in the symbols. The linker already drops unreferenced functions
 # from a binary, so the library is the stricter check: it holds every function compiled.
 #
 # Usage: tests/no_test_code_in_binary.sh [target-dir]   (default: target; build first with
@@ -24,7 +25,7 @@ check() {
     status=1
   fi
   for needle in linearizability/check.rs linearizability/model.rs wal/simfs.rs kvd_testkit raft/net/dial_override.rs \
-    KVD_TEST_PEER_DIAL_OVERRIDE raft/sm/snapshot_file_install.rs raft/sm/install_file.rs; do
+    KVD_TEST_PEER_DIAL_OVERRIDE kvd_test_hooks raft/sm/snapshot_file_install.rs raft/sm/install_file.rs; do
     if grep -a -q -F "$needle" "$f"; then
       echo "FAIL: $f contains test-only code ($needle)"
       status=1

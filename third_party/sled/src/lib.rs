@@ -211,6 +211,8 @@ mod subscriber;
 mod sys_limits;
 pub mod transaction;
 mod tree;
+#[cfg(feature = "kvd_test_hooks")]
+pub mod kvd_test_hooks;
 
 /// Functionality for conditionally triggering failpoints under test.
 #[cfg(feature = "failpoints")]

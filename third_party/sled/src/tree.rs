@@ -561,6 +561,19 @@ impl Tree {
             }
             let mut first_leaf = leaves.pop().expect("one left");
             first_leaf.next = next;
+            #[cfg(feature = "kvd_test_hooks")]
+            {
+                if crate::kvd_test_hooks::take_last_leaf_move() {
+                    // The leaf rewritten in place, as the segment cleaner rewrites a page.
+                    let same: Node = leaf.deref().clone();
+                    let _ = self.context.pagecache.replace(
+                        leaf.pid,
+                        leaf.node_view.0,
+                        same,
+                        guard,
+                    )?;
+                }
+            }
             let replaced = self.context.pagecache.replace(
                 leaf.pid,
                 leaf.node_view.0,
