@@ -78,17 +78,27 @@ where
 {
     let send = async move { peer_client(dial.open()).install_snapshot(chunks).await };
     async move {
-        let Some(rt) = runtime() else {
-            return send.await;
-        };
-        let mut task = AbortOnDrop(rt.spawn(send));
-        match (&mut task.0).await {
+        match run_on(runtime(), send).await {
             Ok(r) => r,
             Err(e) => Err(tonic::Status::internal(format!(
                 "the snapshot send failed: {e}"
             ))),
         }
     }
+}
+
+/// Runs `task` on `rt`, aborting it there if this future is dropped; on the caller's runtime
+/// when there is no `rt` (its thread could not be started).
+async fn run_on<F>(rt: Option<Handle>, task: F) -> Result<F::Output, tokio::task::JoinError>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let Some(rt) = rt else {
+        return Ok(task.await);
+    };
+    let mut task = AbortOnDrop(rt.spawn(task));
+    (&mut task.0).await
 }
 
 /// A task on the snapshot runtime that is aborted if its waiter goes away.
@@ -121,6 +131,20 @@ mod tests {
         assert_eq!(name.as_deref(), Some("kvd-snap-net"));
         // At least 10: a process already running at a lower priority keeps its own.
         assert!(nice >= 10, "nice {nice}");
+    }
+
+    /// Without the snapshot runtime (its thread could not start) a send runs to its end on
+    /// the caller's runtime; with it, on the runtime's thread.
+    #[tokio::test]
+    async fn without_its_thread_a_send_runs_on_the_callers_runtime() {
+        let here = std::thread::current().id();
+        let thread = || async { std::thread::current().id() };
+        let ran_on = super::run_on(None, thread()).await.expect("the send ends");
+        assert_eq!(ran_on, here);
+        let ran_on = super::run_on(super::runtime(), thread())
+            .await
+            .expect("the send ends");
+        assert_ne!(ran_on, here);
     }
 
     /// A send whose waiter went away (openraft cancelled it) stops on the snapshot runtime.
