@@ -2,9 +2,10 @@
 """Plots benches/compare/scale.sh's scale.tsv files as one SVG of small multiples: for each
 measure, etcd's and kvd's values against the number of puts (log scale), so growth can be
 compared at a glance. Several scale.tsv files (runs at different sizes) may be given; a size
-measured twice keeps its last row. Standard library only.
+measured twice keeps its last row. goals.sh's goals.tsv (long form: system, n, measure, value)
+may be given too; a measure with no value in any file gets no panel. Standard library only.
 
-Usage: scale_plot.py OUT.svg scale.tsv [scale.tsv ...]
+Usage: scale_plot.py OUT.svg scale.tsv|goals.tsv [...]
 """
 import math
 import sys
@@ -17,7 +18,22 @@ MEASURES = [("load_qps", "load throughput (puts/s)"),
             ("rss_restart", "RSS after a restart (MiB)"),
             ("disk", "data dir (MiB)"),
             ("list_s", "full paginated listing (s)"),
-            ("restart_s", "restart until a read (s)")]
+            ("restart_s", "restart until a read (s)"),
+            # goals.sh (long form)
+            ("list1_s", "full listing, one member (s)"),
+            ("page_first_p99_ms", "first page of 500, p99 (ms)"),
+            ("page_last_p99_ms", "last page of 500, p99 (ms)"),
+            ("compact_s", "compaction --physical (s)"),
+            ("compact_put_p99_during_ms", "put p99 during compaction (ms)"),
+            ("replace_s", "member replaced, promoted after (s)"),
+            ("replace_new_peak_mib", "new member's peak RSS (MiB)"),
+            ("replace_leader_p99_ms", "put p99 while the leader sends (ms)"),
+            ("save_s", "backup save (s)"),
+            ("save_follower_peak_mib", "follower peak RSS in a save (MiB)"),
+            ("restore_s", "restore (s)"),
+            ("restore_peak_mib", "restore peak RSS (MiB)"),
+            ("defrag_s", "defragment after compaction (s)"),
+            ("defrag_disk_after_mib", "data dir after defragment (MiB)")]
 COLORS = {"etcd": "#1f77b4", "kvd": "#d62728"}
 W, H, PAD = 300, 200, 40
 
@@ -30,7 +46,13 @@ def load(paths):
     data = {}  # (system, measure) -> {n: value}
     for p in paths:
         for line in open(p).read().splitlines():
-            r = dict(zip(COLS, line.split("\t")))
+            f = line.split("\t")
+            if len(f) == 4 and not f[2].replace(".", "").isdigit():
+                # goals.tsv; its one-member listing is kept apart from scale.sh's 3 members
+                m = "list1_s" if f[2] == "list_s" else f[2]
+                data.setdefault((f[0], m), {})[int(f[1])] = float(f[3])
+                continue
+            r = dict(zip(COLS, f))
             for m, _ in MEASURES:
                 if r.get(m):
                     data.setdefault((r["system"], m), {})[int(r["n"])] = value(r[m])
@@ -77,12 +99,13 @@ def panel(data, m, title, x0, y0, out):
 def main():
     out_path, paths = sys.argv[1], sys.argv[2:]
     data = load(paths)
+    measures = [(m, t) for m, t in MEASURES if any(k[1] == m for k in data)]
     cols = 3
-    rows = (len(MEASURES) + cols - 1) // cols
+    rows = (len(measures) + cols - 1) // cols
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{cols * W}" '
            f'height="{rows * H + 30}" font-family="sans-serif">',
            '<rect width="100%" height="100%" fill="white"/>']
-    for k, (m, title) in enumerate(MEASURES):
+    for k, (m, title) in enumerate(measures):
         panel(data, m, title, (k % cols) * W, 30 + (k // cols) * H, out)
     for k, (s, c) in enumerate(COLORS.items()):
         out.append(f'<rect x="{10 + k * 80}" y="8" width="12" height="12" fill="{c}"/>')
