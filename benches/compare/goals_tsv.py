@@ -5,7 +5,8 @@ reads beside scale.sh's scale.tsv. A measure taken in several rounds gives its m
 systems named etcd and kvd are kept (A/B builds under other names are left to the logs).
 Standard library only.
 
-Usage: goals_tsv.py OUT
+Usage: goals_tsv.py OUT              (the long form)
+       goals_tsv.py --markdown OUT   (a table: measure, size, etcd, kvd, kvd/etcd)
 """
 import glob
 import os
@@ -67,18 +68,43 @@ def defrag(text):
 
 PARSERS = {"compaction": compaction, "list_single": list_single, "replace": replace,
            "backup": backup, "defrag": defrag}
+# Each parser's measures, in the order the table shows them.
+MEASURES = {
+    compaction: ["compact_s", "compact_put_p99_during_ms"],
+    list_single: ["list_s", "page_first_p99_ms", "page_last_p99_ms"],
+    replace: ["replace_s", "replace_new_peak_mib", "replace_leader_p99_ms"],
+    backup: ["save_s", "save_follower_peak_mib", "restore_s", "restore_peak_mib"],
+    defrag: ["defrag_s", "defrag_disk_after_mib"],
+}
+
+
+def show(v):
+    return "" if v is None else f"{v:g}"
 
 
 def main():
+    markdown = sys.argv[1] == "--markdown"
+    out_dir = sys.argv[-1]
     values = {}  # (system, n, measure) -> [value]
-    for path in sorted(glob.glob(os.path.join(sys.argv[1], "*-*.log"))):
+    for path in sorted(glob.glob(os.path.join(out_dir, "*-*.log"))):
         bench, n = os.path.basename(path)[:-4].rsplit("-", 1)
         if bench not in PARSERS or not n.isdigit():
             continue
         for s, m, v in PARSERS[bench](open(path).read()):
             values.setdefault((s, int(n), m), []).append(v)
-    for (s, n, m), vs in sorted(values.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
-        print(f"{s}\t{n}\t{m}\t{statistics.median(vs):g}")
+    median = {k: statistics.median(vs) for k, vs in values.items()}
+    if not markdown:
+        for (s, n, m), v in sorted(median.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
+            print(f"{s}\t{n}\t{m}\t{v:g}")
+        return
+    print("| measure | puts | etcd 3.4 | kvd | kvd/etcd |")
+    print("|---|---:|---:|---:|---:|")
+    order = [m for p in PARSERS.values() for m in MEASURES[p]]
+    for m in order:
+        for n in sorted({k[1] for k in median if k[2] == m}):
+            e, k = median.get(("etcd", n, m)), median.get(("kvd", n, m))
+            ratio = f"{k / e:.2f}" if e and k is not None else ""
+            print(f"| {m} | {n:,} | {show(e)} | {show(k)} | {ratio} |")
 
 
 if __name__ == "__main__":
