@@ -73,7 +73,7 @@ one() {
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$sys" "$round" "$(secs "$t0" "$t1")" \
     "$(($(stat -c %s "$dir/backup.db") / 1048576))" "$rss0" "$(cat "$dir/save_rss")" "$p99" \
     "$(secs "$r0" "$r1")/$(($(cat "$dir/restore_rss") / 1024))" "$(secs "$h0" "$h1")"
-  rm -rf "$dir"/*.data "$dir/restored"
+  rm -rf "$dir"/*.data "$dir/restored" "$dir/backup.db"
 }
 
 printf 'system\tround\tsave_s\tfile_MiB\tfollower_rss_MiB\tpeak_rss_during_save_MiB\tconcurrent_put_p99\trestore_s/peak_MiB\thashkv_s\n'
