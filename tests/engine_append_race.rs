@@ -35,8 +35,21 @@ fn batch(keys: Range<u64>, model: &mut Model) -> Batch {
     b
 }
 
+/// Opens the database as kvd does (no periodic flusher thread). A database just dropped may
+/// still be held for a moment by one of sled's threads, so a held lock is waited for.
 fn open(dir: &std::path::Path) -> (Db, Tree, Tree) {
-    let db = sled::Config::new().path(dir).open().unwrap();
+    let config = sled::Config::new().path(dir).flush_every_ms(None);
+    let mut tries = 0;
+    let db = loop {
+        match config.open() {
+            Ok(db) => break db,
+            Err(sled::Error::Io(e)) if e.kind() == std::io::ErrorKind::Other && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("opening {}: {e}", dir.display()),
+        }
+    };
     let history = db.open_tree("history").unwrap();
     let meta = db.open_tree("meta").unwrap();
     (db, history, meta)
