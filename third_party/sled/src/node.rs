@@ -13,6 +13,11 @@ pub struct Node {
     pub(crate) data: Data,
 }
 
+/// kvd patch: a leaf splits past this many entries and merges below `LEAF_MERGES_BELOW`;
+/// `Tree::apply_batch_appending` sizes the leaves it writes by both.
+pub(crate) const LEAF_SPLITS_PAST: usize = 16;
+pub(crate) const LEAF_MERGES_BELOW: usize = 4;
+
 impl Node {
     pub(crate) fn new_hoisted_root(
         left: PageId,
@@ -612,7 +617,7 @@ impl Node {
         } else if self.data.is_index() {
             256
         } else {
-            16
+            LEAF_SPLITS_PAST
         };
 
         let size_checks = self.data.len() > threshold;
@@ -627,7 +632,7 @@ impl Node {
         } else if self.data.is_index() {
             64
         } else {
-            4
+            LEAF_MERGES_BELOW
         };
 
         let size_checks = self.data.len() < threshold;

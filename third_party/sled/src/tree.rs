@@ -8,7 +8,12 @@ use std::{
 
 use parking_lot::RwLock;
 
-use crate::{atomic_shim::AtomicU64, pagecache::{NodeView, PageView}, *};
+use crate::{
+    atomic_shim::AtomicU64,
+    node::{LEAF_MERGES_BELOW, LEAF_SPLITS_PAST},
+    pagecache::{NodeView, PageView},
+    *,
+};
 
 /// kvd patch: what `Tree::append_to_last_leaf` did, or asks of its caller.
 enum Append {
@@ -39,10 +44,6 @@ const APPEND_LEAF_ENTRIES: usize = 4;
 const APPEND_LEAVES: usize = 64;
 const APPEND_MIN_INSERTS: usize = 8;
 const APPEND_ATTEMPTS: usize = 4;
-/// `Node::should_split`'s threshold for a leaf.
-const LEAF_SPLITS_PAST: usize = 16;
-/// `Node::should_merge`'s threshold for a leaf.
-const LEAF_MERGES_BELOW: usize = 4;
 
 #[derive(Debug, Clone)]
 pub(crate) struct View<'g> {
