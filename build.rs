@@ -27,6 +27,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // prost's decoder has no recursion limit in kvd; this codec bounds nesting first.
         .codec_path("crate::proto::codec::KvdCodec")
+        // Decoded as slices of the received message, not copied out of it: a snapshot's
+        // chunks (4 MiB each) and every Raft message travel in these.
+        .bytes(".kvdpb.SnapshotChunk")
+        .bytes(".kvdpb.RaftBlob")
         .compile_fds(fds)?;
     // grpc-gateway v1 (etcd 3.4/3.5) marshals with OrigName: `create_revision`, not
     // `createRevision`; its decoder ignores fields it does not know.

@@ -10,7 +10,7 @@
 use std::any::TypeId;
 use std::marker::PhantomData;
 
-use bytes::Buf;
+use bytes::{Buf, Bytes};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
@@ -71,27 +71,20 @@ impl<U: Message + Default + 'static> Decoder for KvdDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        // tonic hands over one contiguous message; copy only if it ever is not.
-        let bytes;
-        let data: &[u8] = if buf.chunk().len() == buf.remaining() {
-            buf.chunk()
-        } else {
-            bytes = buf.copy_to_bytes(buf.remaining());
-            &bytes
-        };
-        let msg = decode_request::<U>(data)?;
-        let n = buf.remaining();
-        buf.advance(n);
-        Ok(Some(msg))
+        // tonic's buffer hands the message over without a copy (it splits it off). Decoding
+        // from `Bytes` lets `bytes` fields built as `Bytes` (build.rs) slice it, and makes a
+        // `Vec<u8>` field one copy: from a `&[u8]`, prost copies each such field twice.
+        let data = buf.copy_to_bytes(buf.remaining());
+        decode_request::<U>(data).map(Some)
     }
 }
 
 /// Decodes one request as every kvd service does: the nesting bound first, then prost.
-pub fn decode_request<U: Message + Default + 'static>(data: &[u8]) -> Result<U, Status> {
-    if !depth::within(data, depth::REQUEST_LIMIT) {
+pub fn decode_request<U: Message + Default + 'static>(data: Bytes) -> Result<U, Status> {
+    if !depth::within(&data, depth::REQUEST_LIMIT) {
         return Err(too_deep::<U>());
     }
-    U::decode(data).map_err(|e| undecodable::<U>(data, e))
+    U::decode(data.clone()).map_err(|e| undecodable::<U>(&data, e))
 }
 
 /// etcd's answer for a message that does not decode. Go does not check that proto3 strings
@@ -145,7 +138,7 @@ mod tests {
     use crate::proto::kvdpb::{ForwardRequest, InternalRequest};
 
     fn decode_as<U: Message + Default + 'static>(data: &[u8]) -> Result<U, Status> {
-        decode_request::<U>(data)
+        decode_request::<U>(Bytes::copy_from_slice(data))
     }
 
     /// Every request type the services decode, on the same bytes: none may panic or

@@ -59,7 +59,9 @@ fn unblob<T: DeserializeOwned>(b: &[u8]) -> Result<T, Status> {
 }
 
 fn blob<T: serde::Serialize>(v: &T) -> Response<RaftBlob> {
-    Response::new(RaftBlob { data: encode(v) })
+    Response::new(RaftBlob {
+        data: encode(v).into(),
+    })
 }
 
 fn fatal(e: impl std::fmt::Display) -> Status {
@@ -142,7 +144,9 @@ impl Peer for PeerService {
             // Owned by the stream, so it counts as open for as long as it exists.
             let _open = &open;
             match r {
-                Ok(res) => Ok(RaftBlob { data: encode(&res) }),
+                Ok(res) => Ok(RaftBlob {
+                    data: encode(&res).into(),
+                }),
                 Err(e) => Err(fatal(e)),
             }
         });

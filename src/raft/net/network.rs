@@ -260,7 +260,9 @@ fn heartbeat_failed() {
 }
 
 fn blob<T: serde::Serialize>(v: &T) -> RaftBlob {
-    RaftBlob { data: encode(v) }
+    RaftBlob {
+        data: encode(v).into(),
+    }
 }
 
 fn unblob<T: DeserializeOwned>(b: RaftBlob) -> Result<T, RPCError<TypeConfig>> {

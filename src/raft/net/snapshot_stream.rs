@@ -18,6 +18,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tonic::Status;
 
@@ -78,8 +79,8 @@ pub fn chunks(
 ) {
     let failure = SendFailure::default();
     let first = SnapshotChunk {
-        header,
-        data: Vec::new(),
+        header: header.into(),
+        data: Bytes::new(),
     };
     let source = match data {
         #[cfg(test)]
@@ -117,8 +118,8 @@ pub fn chunks(
         async move {
             if let Some(data) = rx.recv().await {
                 let chunk = SnapshotChunk {
-                    header: Vec::new(),
-                    data,
+                    header: Bytes::new(),
+                    data: data.into(),
                 };
                 return Some((chunk, (rx, done)));
             }
@@ -146,7 +147,7 @@ pub fn chunks(
 /// discards the generation and fails this send only (`Aborted`: the leader sends again).
 pub async fn receive(
     mut stager: Stager,
-    first: Vec<u8>,
+    first: Bytes,
     mut rest: impl Stream<Item = Result<SnapshotChunk, Status>> + Unpin,
 ) -> Result<StagedSnapshot, Status> {
     let saved = crate::metrics::timed(&crate::metrics::SNAP_DB_SAVE_SECONDS);

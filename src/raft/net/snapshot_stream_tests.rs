@@ -45,7 +45,7 @@ async fn a_send_streams_the_header_then_every_byte() {
     let (_, file) = SnapshotFile::open(&path).unwrap();
     let (stream, failure) = chunks(b"header".to_vec(), SnapshotData::File(file));
     let got: Vec<_> = stream.collect().await;
-    assert_eq!(got[0].header, b"header");
+    assert_eq!(&got[0].header[..], b"header");
     assert!(got[0].data.is_empty());
     assert!(got[1..].iter().all(|c| c.header.is_empty()));
     assert_eq!(got.len(), 1 + 3, "the header and three chunks");

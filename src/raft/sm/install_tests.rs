@@ -317,15 +317,15 @@ async fn receive_bytes(
         .chunks(chunk)
         .map(|c| {
             Ok(crate::proto::kvdpb::SnapshotChunk {
-                header: Vec::new(),
-                data: c.to_vec(),
+                header: bytes::Bytes::new(),
+                data: bytes::Bytes::copy_from_slice(c),
             })
         })
         .collect();
     let stager = sm.stage_snapshot(&snap.meta).unwrap();
     let staged = crate::raft::net::snapshot_stream::receive(
         stager,
-        Vec::new(),
+        bytes::Bytes::new(),
         futures::stream::iter(chunks),
     )
     .await?;

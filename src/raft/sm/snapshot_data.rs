@@ -89,6 +89,10 @@ pub struct Encoder {
     entries: Entries,
 }
 
+/// Room for the entry that takes a chunk over its size, beyond the size (most entries are a
+/// record of at most a few KiB).
+const CHUNK_SLACK: usize = 64 << 10;
+
 impl Encoder {
     /// The next at least `size` bytes (fewer at the end; one entry may take it over `size`),
     /// or `None` after the last. Reads the engine: call it off the async workers.
@@ -96,6 +100,10 @@ impl Encoder {
         let Some(w) = self.writer.as_mut() else {
             return Ok(None);
         };
+        // The chunk's buffer at its full size at once: grown from empty, its bytes would be
+        // copied over ten times on the way to `size`. One large entry may still grow it.
+        let out = w.output_mut();
+        out.reserve((size + CHUNK_SLACK).saturating_sub(out.len()));
         while w.output_mut().len() < size {
             match self.entries.next() {
                 Some(e) => {

@@ -18,7 +18,7 @@
 //!   reports a mismatch, a truncation or trailing bytes as an error instead of its end. A
 //!   caller that must not act on a damaged file reads it through once first ([`verify`]).
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use crate::raft::codec::{decode, encode};
@@ -65,11 +65,72 @@ impl<W: Write> Write for Crc<W> {
     }
 }
 
-impl<R: Read> Read for Crc<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.crc.update(&buf[..n]);
-        Ok(n)
+/// A buffered input that folds every byte consumed from it into a CRC, a whole buffer of the
+/// input at a time (a received chunk, a file reader's buffer): the per-entry reads of a few
+/// bytes each cost no CRC call of their own.
+struct CrcInput<R> {
+    inner: R,
+    crc: crc32fast::Hasher,
+    /// Bytes at the front of `inner`'s buffer consumed here, not yet hashed nor consumed
+    /// from `inner` (which then returns the same buffer again).
+    held: usize,
+}
+
+impl<R: BufRead> CrcInput<R> {
+    /// The bytes not yet consumed (empty at the end of the input).
+    fn buf(&mut self) -> io::Result<&[u8]> {
+        let whole = self.inner.fill_buf()?;
+        if self.held > 0 && self.held == whole.len() {
+            self.crc.update(whole);
+            self.inner.consume(self.held);
+            self.held = 0;
+        }
+        Ok(&self.inner.fill_buf()?[self.held..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.held += n;
+    }
+
+    /// Hashes every byte consumed so far: the CRC then covers exactly them.
+    fn settle(&mut self) -> io::Result<()> {
+        if self.held > 0 {
+            self.crc.update(&self.inner.fill_buf()?[..self.held]);
+            self.inner.consume(self.held);
+            self.held = 0;
+        }
+        Ok(())
+    }
+
+    fn read_exact(&mut self, out: &mut [u8]) -> io::Result<()> {
+        let mut at = 0;
+        while at < out.len() {
+            let b = self.buf()?;
+            if b.is_empty() {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let n = b.len().min(out.len() - at);
+            out[at..at + n].copy_from_slice(&b[..n]);
+            self.consume(n);
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Appends up to `len` bytes to `v` as they come, fewer only at the end of the input.
+    fn read_into(&mut self, v: &mut Vec<u8>, len: usize) -> io::Result<usize> {
+        let mut got = 0;
+        while got < len {
+            let b = self.buf()?;
+            if b.is_empty() {
+                break;
+            }
+            let n = b.len().min(len - got);
+            v.extend_from_slice(&b[..n]);
+            self.consume(n);
+            got += n;
+        }
+        Ok(got)
     }
 }
 
@@ -145,8 +206,8 @@ enum Body {
 
 /// Reads a snapshot's entries one at a time (see the module doc). An iterator of
 /// `Result<Entry, StoreError>` that ends after the first error.
-pub struct Reader<R: Read> {
-    input: Crc<R>,
+pub struct Reader<R: BufRead> {
+    input: CrcInput<R>,
     file: PathBuf,
     body: Body,
 }
@@ -157,13 +218,14 @@ struct LegacyPayload {
     items: Vec<Entry>,
 }
 
-impl<R: Read> Reader<R> {
+impl<R: BufRead> Reader<R> {
     /// Reads the header of the snapshot in `input` (`file` names it in errors).
     pub fn new(input: R, file: &Path) -> Result<(SnapshotMeta, Self), StoreError> {
         let mut r = Reader {
-            input: Crc {
+            input: CrcInput {
                 inner: input,
                 crc: crc32fast::Hasher::new(),
+                held: 0,
             },
             file: file.to_path_buf(),
             body: Body::Done,
@@ -219,10 +281,7 @@ impl<R: Read> Reader<R> {
     /// `len` bytes, allocated as they arrive (see the module doc).
     fn bytes(&mut self, len: usize) -> Result<Vec<u8>, StoreError> {
         let mut v = Vec::with_capacity(len.min(64 << 10));
-        let got = (&mut self.input)
-            .take(len as u64)
-            .read_to_end(&mut v)
-            .map_err(|e| self.io(e))?;
+        let got = self.input.read_into(&mut v, len).map_err(|e| self.io(e))?;
         if got != len {
             return Err(bad(&self.file, "truncated"));
         }
@@ -231,17 +290,12 @@ impl<R: Read> Reader<R> {
 
     /// The stored checksum, checked against every byte read so far; then the end of input.
     fn check_end(&mut self) -> Result<(), StoreError> {
+        self.input.settle().map_err(StoreError::Io)?;
         let want = self.input.crc.clone().finalize();
-        let mut b = [0u8; 4];
-        self.input
-            .inner
-            .read_exact(&mut b)
-            .map_err(|e| self.io(e))?;
-        if u32::from_le_bytes(b) != want {
+        if self.u32()? != want {
             return Err(bad(&self.file, "checksum mismatch"));
         }
-        let mut extra = [0u8; 1];
-        if self.input.inner.read(&mut extra).map_err(StoreError::Io)? != 0 {
+        if !self.input.buf().map_err(StoreError::Io)?.is_empty() {
             return Err(bad(&self.file, "bytes after the end"));
         }
         Ok(())
@@ -290,7 +344,7 @@ impl<R: Read> Reader<R> {
     }
 }
 
-impl<R: Read> Iterator for Reader<R> {
+impl<R: BufRead> Iterator for Reader<R> {
     type Item = Result<Entry, StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -306,11 +360,107 @@ impl<R: Read> Iterator for Reader<R> {
 
 /// Reads a whole snapshot once, one entry at a time: its checksum, its framing and its
 /// entries' trees (only the store's own are loadable). Returns its meta.
-pub fn verify(input: impl Read, file: &Path) -> Result<SnapshotMeta, StoreError> {
+pub fn verify(input: impl BufRead, file: &Path) -> Result<SnapshotMeta, StoreError> {
     let (meta, reader) = Reader::new(input, file)?;
     for entry in reader {
         let entry = entry?;
         crate::mvcc::check_entries([&entry])?;
     }
     Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: Some(openraft::testing::log_id::<crate::raft::types::TypeConfig>(
+                3, 1, 41,
+            )),
+            ..Default::default()
+        }
+    }
+
+    fn entries() -> Vec<Entry> {
+        (0..200u32)
+            .map(|i| {
+                let tree = if i % 7 == 0 { "lease" } else { "rev" };
+                let value = vec![i as u8; (i as usize * 37) % 3000];
+                (tree.to_string(), i.to_be_bytes().to_vec(), value)
+            })
+            .collect()
+    }
+
+    fn file() -> Vec<u8> {
+        let mut w = Writer::new(Vec::new(), &meta()).unwrap();
+        for (t, k, v) in entries() {
+            w.push(&t, &k, &v).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    /// An input whose buffers hold at most `step` bytes, so entries and the trailer straddle
+    /// buffer boundaries (a received snapshot's chunks end anywhere).
+    struct Pieces<'a> {
+        data: &'a [u8],
+        step: usize,
+    }
+
+    impl io::Read for Pieces<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.fill_buf()?.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.consume(n);
+            Ok(n)
+        }
+    }
+
+    impl BufRead for Pieces<'_> {
+        fn fill_buf(&mut self) -> io::Result<&[u8]> {
+            Ok(&self.data[..self.step.min(self.data.len())])
+        }
+
+        fn consume(&mut self, n: usize) {
+            self.data = &self.data[n..];
+        }
+    }
+
+    fn read(data: &[u8], step: usize) -> Result<(SnapshotMeta, Vec<Entry>), StoreError> {
+        let (m, r) = Reader::new(Pieces { data, step }, Path::new("t"))?;
+        Ok((m, r.collect::<Result<_, _>>()?))
+    }
+
+    #[test]
+    fn entries_read_back_whatever_the_input_buffers() {
+        let f = file();
+        for step in [1, 2, 3, 5, 8, 13, 4096, 1 << 20] {
+            let (m, got) = read(&f, step).unwrap();
+            assert_eq!(m, meta(), "step {step}");
+            assert_eq!(got, entries(), "step {step}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_file_is_refused_whatever_the_input_buffers() {
+        let f = file();
+        for step in [1, 7, 4096, 1 << 20] {
+            // A byte changed in an entry's value, in the entry count, in the checksum.
+            for at in [f.len() / 2, f.len() - 6, f.len() - 1] {
+                let mut bad = f.clone();
+                bad[at] ^= 0x40;
+                let e = read(&bad, step).unwrap_err().to_string();
+                assert!(
+                    e.contains("checksum mismatch") || e.contains("entry count mismatch"),
+                    "step {step}, byte {at}: {e}"
+                );
+            }
+            let e = read(&f[..f.len() - 1], step).unwrap_err().to_string();
+            assert!(e.contains("truncated"), "step {step}: {e}");
+            let mut longer = f.clone();
+            longer.push(0);
+            let e = read(&longer, step).unwrap_err().to_string();
+            assert!(e.contains("bytes after the end"), "step {step}: {e}");
+        }
+    }
 }

@@ -24,10 +24,12 @@
 //! - The switch is a defragmentation's (`defrag`): under the defrag gate (read) and the
 //!   install gate (write), so applies wait and readers see the old state or the new one.
 
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
 
 use super::{blocking, snapshot_meta_writes, ApplyingSnapshot, StateMachine};
 use crate::mvcc::{MvccError, Staged, StorageError, StoreEngine};
@@ -83,14 +85,14 @@ impl Drop for StagedSnapshot {
 /// Receives a snapshot's bytes ([`Stager::push`]) and writes its entries into a new engine
 /// generation on a thread of its own as they arrive (see the module doc).
 pub struct Stager {
-    tx: tokio::sync::mpsc::Sender<Vec<u8>>,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
     worker: tokio::sync::oneshot::Receiver<Result<StagedSnapshot, StoreError>>,
 }
 
 impl Stager {
     /// Hands the next bytes of the snapshot to the writer; waits while it is behind. An error
     /// means the writer stopped: [`Stager::finish`] says why.
-    pub async fn push(&mut self, bytes: Vec<u8>) -> Result<(), ()> {
+    pub async fn push(&mut self, bytes: Bytes) -> Result<(), ()> {
         if bytes.is_empty() {
             return Ok(());
         }
@@ -107,27 +109,38 @@ impl Stager {
     }
 }
 
-/// The bytes of the chunks from a channel, as one input; ends when the sender is dropped.
+/// The bytes of the chunks from a channel, as one buffered input (each chunk is the buffer:
+/// entries are decoded from it where it lies); ends when the sender is dropped.
 struct Chunks {
-    rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
-    chunk: Vec<u8>,
-    at: usize,
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    chunk: Bytes,
     /// Bytes read so far.
     read: u64,
 }
 
-impl Read for Chunks {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.at == self.chunk.len() {
+impl BufRead for Chunks {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.chunk.is_empty() {
             match self.rx.blocking_recv() {
-                Some(c) => (self.chunk, self.at) = (c, 0),
-                None => return Ok(0),
+                Some(c) => self.chunk = c,
+                None => break,
             }
         }
-        let n = buf.len().min(self.chunk.len() - self.at);
-        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
-        self.at += n;
+        Ok(&self.chunk)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.chunk.advance(n);
         self.read += n as u64;
+    }
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let b = self.fill_buf()?;
+        let n = buf.len().min(b.len());
+        buf[..n].copy_from_slice(&b[..n]);
+        self.consume(n);
         Ok(n)
     }
 }
@@ -149,8 +162,7 @@ impl StateMachine {
         let (tx, rx) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
         let input = Chunks {
             rx,
-            chunk: Vec::new(),
-            at: 0,
+            chunk: Bytes::new(),
             read: 0,
         };
         let meta = meta.clone();
