@@ -112,6 +112,27 @@ impl SledEngine {
         Self::with_config(::sled::Config::new().path(path), options)
     }
 
+    /// Opens (or creates) the database in directory `path` to be filled aside and made
+    /// durable by the caller, who fsyncs its files before anything relies on them (a received
+    /// snapshot's generation): until [`Self::end_write_back`], each log write starts the
+    /// writeback of its range and does not wait for the device (sled's `write_back`,
+    /// third_party/sled/KVD_PATCH.md). A flush still waits for the writes themselves, so a
+    /// bulk writer is held back as with [`Self::open_with`].
+    pub fn open_aside(path: &Path, options: EngineOptions) -> Result<Self, MvccError> {
+        Self::with_config(::sled::Config::new().path(path).write_back(true), options)
+    }
+
+    /// From now on each log write waits for the device again, as in an engine opened with
+    /// [`Self::open_with`].
+    pub fn end_write_back(&self) {
+        self.trees().db.set_write_back(false);
+    }
+
+    /// Whether log writes only start their writeback (see [`Self::open_aside`]).
+    pub fn writes_back(&self) -> bool {
+        self.trees().db.writes_back()
+    }
+
     /// A database in a temporary directory, removed when the engine closes.
     pub fn temporary() -> Result<Self, MvccError> {
         Self::with_config(

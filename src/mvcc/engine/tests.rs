@@ -204,6 +204,35 @@ fn sled_engine_flushed_writes_survive_a_reopen() {
     });
 }
 
+/// An engine filled aside (its writes not waited for one by one) reads and recovers as any
+/// other, and waits for each write again once told to.
+#[test]
+fn sled_engine_opened_aside_writes_back_until_told_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = SledEngine::open_aside(dir.path(), Default::default()).unwrap();
+    assert!(e.writes_back());
+    contract(&e);
+    let before = e.range(Tree::Rev, Unbounded, Unbounded).count();
+    // Enough to fill several of sled's 512 KiB log buffers.
+    let mut b = WriteBatch::default();
+    for i in 0u32..3000 {
+        b.put(Tree::Rev, i.to_be_bytes().to_vec(), vec![i as u8; 1024]);
+    }
+    e.write(b).unwrap();
+    e.end_write_back();
+    assert!(!e.writes_back());
+    let path = dir.path().to_path_buf();
+    flushed_writes_survive(e, |e| {
+        drop(e);
+        reopen_sled(&path)
+    });
+    let e = reopen_sled(&path);
+    assert!(!e.writes_back(), "a reopened engine waits for its writes");
+    // With the one `flushed_writes_survive` adds.
+    let after = e.range(Tree::Rev, Unbounded, Unbounded).count();
+    assert_eq!(after, before + 3000 + 1);
+}
+
 #[test]
 fn mem_engine_flushed_writes_survive_a_crash() {
     flushed_writes_survive(MemEngine::default(), |e| e.crash());

@@ -379,6 +379,10 @@ async fn a_received_snapshot_is_staged_in_a_new_generation_and_switched_to() {
     sm.install_snapshot(&snap.meta, staged).await.unwrap();
     assert_eq!(observe(&sm), want);
     assert_eq!(sm.db_dir(), d.path().join("db.1"));
+    assert!(
+        !sm.shared.mvcc.engine().writes_back(),
+        "installed, the staged engine waits for its writes as the store's do"
+    );
     assert_eq!(read() - before, 0, "no snapshot file read");
     assert_eq!(newest_snapshot_index(d.path()), 0, "no snapshot file kept");
     settle_generations(d.path(), &["db.1"]).await;

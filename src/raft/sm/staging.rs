@@ -15,7 +15,8 @@
 //! - A generation is switched to only when whole and durable: every entry written, the meta
 //!   tree (with the snapshot's last-applied log id and membership) last, the engine flushed
 //!   and its files and directories synced; the checksum, at the end of the stream, was found
-//!   right before that.
+//!   right before that. Until that sync its engine writes only start their writeback (sled's
+//!   `write_back`): the sync makes them durable, not each write.
 //! - The decoding and the engine writes run at nice 10 (`background`), below the member's
 //!   applies, WAL writes and peer traffic.
 //! - Memory is bounded: the receiver holds at most [`QUEUED_CHUNKS`] chunks besides the one
@@ -152,7 +153,9 @@ impl StateMachine {
         self.usable()?;
         let fs = self.shared.fs.clone();
         let dir = engine_dir::prepare_next(fs.as_ref(), &self.db_dir())?;
-        let engine = match StoreEngine::open_with(&dir, self.shared.mvcc.engine().options()) {
+        // Its files are fsynced whole before the switch to it: its log writes need not
+        // wait for the disk one by one.
+        let engine = match StoreEngine::open_aside(&dir, self.shared.mvcc.engine().options()) {
             Ok(e) => e,
             Err(e) => {
                 engine_dir::remove_when_closed(fs, dir, DISCARD_PATIENCE);
@@ -296,6 +299,8 @@ fn stage(
         let done = crate::mvcc::stage(engine, reader, &snapshot_meta_writes(&staged.meta))?;
         let synced = crate::metrics::timed(&crate::metrics::SNAP_DB_FSYNC_SECONDS);
         synced(engine_dir::sync_engine(staged.fs.as_ref(), &staged.dir))?;
+        // Installed, it is the store's engine: its writes wait for the disk as the store's do.
+        engine.end_write_back();
         Ok(done)
     })();
     // Whatever is left unread (a refused snapshot) is drained so the sender is not stuck.

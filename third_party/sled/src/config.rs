@@ -213,6 +213,8 @@ pub struct Inner {
     pub version: (usize, usize),
     tmp_path: PathBuf,
     pub(crate) global_error: Arc<Atomic<Error>>,
+    /// kvd patch: see `Config::write_back`.
+    pub(crate) write_back: Arc<std::sync::atomic::AtomicBool>,
     #[cfg(feature = "event_log")]
     /// an event log for concurrent debugging
     pub event_log: Arc<event_log::EventLog>,
@@ -238,6 +240,7 @@ impl Default for Inner {
             flush_every_ms: Some(500),
             idgen_persist_interval: 1_000_000,
             global_error: Arc::new(Atomic::default()),
+            write_back: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             #[cfg(feature = "event_log")]
             event_log: Arc::new(crate::event_log::EventLog::default()),
         }
@@ -387,6 +390,17 @@ impl Config {
         note = "this does nothing for now. maybe it will come back in the future."
     )]
     pub fn snapshot_path<P>(self, _: P) -> Self {
+        self
+    }
+
+    /// kvd patch. Whether IO buffers are written back without waiting for the device: each
+    /// write to the log starts the writeback of its range (`sync_file_range` with
+    /// `SYNC_FILE_RANGE_WRITE` alone) and returns, where by default it also waits for the
+    /// range to reach the device. For a database whose owner makes its files durable itself
+    /// (an fsync of each) before it relies on them, such as one being filled in bulk aside.
+    /// It can be turned off once the database is open (`Db::set_write_back`).
+    pub fn write_back(self, on: bool) -> Self {
+        self.write_back.store(on, std::sync::atomic::Ordering::Relaxed);
         self
     }
 

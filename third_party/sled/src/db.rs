@@ -64,6 +64,16 @@ impl Db {
         Config::new().path(path).open()
     }
 
+    /// kvd patch: turns `Config::write_back` on or off for the writes from now on.
+    pub fn set_write_back(&self, on: bool) {
+        self.context.write_back.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// kvd patch: whether `Config::write_back` is on.
+    pub fn writes_back(&self) -> bool {
+        self.context.write_back.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn start_inner(config: RunningConfig) -> Result<Self> {
         let _measure = Measure::new(&M.tree_start);
 

@@ -732,14 +732,25 @@ impl IoBufs {
                 #[cfg(target_os = "linux")]
                 {
                     use std::os::unix::io::AsRawFd;
+                    // kvd patch: `Config::write_back` starts the writeback
+                    // and does not wait for it.
+                    let flags = if self
+                        .config
+                        .write_back
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        libc::SYNC_FILE_RANGE_WRITE
+                    } else {
+                        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                            | libc::SYNC_FILE_RANGE_WRITE
+                            | libc::SYNC_FILE_RANGE_WAIT_AFTER
+                    };
                     let ret = unsafe {
                         libc::sync_file_range(
                             f.as_raw_fd(),
                             i64::try_from(log_offset).unwrap(),
                             i64::try_from(total_len).unwrap(),
-                            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                                | libc::SYNC_FILE_RANGE_WRITE
-                                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                            flags,
                         )
                     };
                     if ret < 0 {
