@@ -42,7 +42,7 @@ cpu_ticks() {
 # bench SYSTEM ROUND TEST kvbench-args...: one kvbench run, one raw line.
 bench() {
   local sys=$1 round=$2 test=$3; shift 3
-  local l; l=$(leader "$sys")
+  local l; l=$(leader_now "$sys")
   local ep=${CLIENT[$sys,$l]} mu=${METRICS[$sys,$l]}
   local f0; f0=$(metric "$mu" etcd_disk_wal_fsync_duration_seconds_count)
   local c0; c0=$(cpu_ticks "$sys")
@@ -85,7 +85,7 @@ wait_leader kvd
 
 echo "warm-up" >&2
 for sys in etcd kvd; do
-  l=$(leader $sys)
+  l=$(leader_now $sys)
   # The range key: 8 bytes with a 256-byte value, like the put tests' keys.
   ETCDCTL_API=3 etcdctl --endpoints "${CLIENT[$sys,$l]}" put rangekey "$(printf 'v%.0s' $(seq 256))" >/dev/null
   "$KVBENCH_BIN" --endpoints "${CLIENT[$sys,$l]}" --json put "${KEYS[@]}" --clients 64 \

@@ -57,7 +57,7 @@ KEYS=(--key-size 8 --val-size "${VAL:-256}" --key-space-size "${KEYSPACE:-100000
 bench() {
   local sys=$1 round=$2 c=$3 n=$TOTAL conns=$CONNS
   ((c == 1)) && n=$TOTAL_SEQ conns=1
-  local l; l=$(leader "$sys")
+  local l; l=$(leader_now "$sys")
   local t=$l
   [[ $TARGET == follower ]] && t=$(((l + 1) % 3))
   local ep=${CLIENT[$sys,$t]} mu=${METRICS[$sys,$l]}
@@ -103,7 +103,7 @@ done
 for n in "${names[@]}"; do wait_leader "$n"; done
 echo "warm-up" >&2
 for n in "${names[@]}"; do
-  l=$(leader "$n")
+  l=$(leader_now "$n")
   "$KVBENCH_BIN" --endpoints "${CLIENT[$n,$l]}" --json put "${KEYS[@]}" --clients 64 \
     --conns "$CONNS" --total 4000 >/dev/null
 done

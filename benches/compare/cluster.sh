@@ -69,6 +69,19 @@ wait_leader() {
   exit 1
 }
 
+# leader_now SYSTEM: the leader's index, waiting up to 30 s for one: leadership can move right
+# after a cluster starts, between `wait_leader` and the next look, and a script under `set -e`
+# would stop there without a word.
+leader_now() {
+  local t
+  for t in $(seq 1 150); do
+    leader "$1" && return 0
+    sleep 0.2
+  done
+  echo "$1: no leader for 30 s; logs in $OUT" >&2
+  return 1
+}
+
 # fresh_cluster SYSTEM DIR ETCD_BASE KVD_BASE: starts SYSTEM's cluster (ports from ETCD_BASE or
 # KVD_BASE) with its data in DIR, waits for a leader, and sets LEADER (its index) and EP (its
 # client address).
@@ -78,7 +91,7 @@ fresh_cluster() {
   mkdir -p "$dir"
   start_cluster "$sys" "$bin" "$base" "$dir"
   wait_leader "$sys"
-  LEADER=$(leader "$sys")
+  LEADER=$(leader_now "$sys")
   EP=${CLIENT[$sys,$LEADER]}
 }
 
@@ -106,6 +119,11 @@ peak_rss() {
 
 # rss_mib PID [FIELD]: the process's VmRSS (or FIELD of /proc/PID/status, e.g. VmHWM) in MiB.
 rss_mib() { echo $(($(awk -v f="${2:-VmRSS}:" '$1 == f {print $2}' "/proc/$1/status") / 1024)); }
+
+# cpu_secs PID: the CPU time (user + system) the process has used so far, in seconds.
+cpu_secs() {
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f\n", ($12 + $13) / hz }' "/proc/$1/stat"
+}
 
 # written_mib PID: the bytes the process has caused to be written to storage, in MiB.
 written_mib() { echo $(($(awk '$1 == "write_bytes:" {print $2}' "/proc/$1/io") / 1048576)); }

@@ -48,7 +48,7 @@ one() {
   start_cluster "$sys" "$bin" "$base" "$dir"
   wait_leader "$sys"
   sleep 1
-  l=$(leader "$sys")
+  l=$(leader_now "$sys")
   f=$(((l + 1) % 3))
   pid=${MPID[$sys,$l]}
   log="$dir/$sys-m$l.log"

@@ -38,7 +38,7 @@ put() { ETCDCTL_API=3 "$ETCDCTL" --endpoints "$1" --command-timeout=300ms put fa
 # one SYSTEM ROUND: freeze the leader, time the election and the first write, resume it.
 one() {
   local sys=$1 round=$2 l i
-  l=$(leader "$sys")
+  l=$(leader_now "$sys")
   local survivors=()
   for i in 0 1 2; do [[ $i == "$l" ]] || survivors+=("$i"); done
   put "${CLIENT[$sys,${survivors[0]}]}" "before-$round" || true

@@ -45,6 +45,12 @@ def replace(text):
             yield m.group(1), "replace_s", float(m.group(2))
             yield m.group(1), "replace_new_peak_mib", float(m.group(3))
             yield m.group(1), "replace_leader_p99_ms", float(m.group(4))
+    # Logs from before replace.sh reported CPU time have none.
+    pat = rf"^(\w+) round \d+: .*, CPU {NUM}s; leader peak \d+ MiB, CPU {NUM}s meanwhile"
+    for m in re.finditer(pat, text, re.M):
+        if m.group(1) in SYSTEMS:
+            yield m.group(1), "replace_new_cpu_s", float(m.group(2))
+            yield m.group(1), "replace_leader_cpu_s", float(m.group(3))
 
 
 def backup(text):

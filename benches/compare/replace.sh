@@ -4,9 +4,10 @@
 # removed (`etcdctl member remove`) and stopped; a new member is added as a learner
 # (`member add --learner`), started empty, and promoted (`member promote`, retried every
 # 100 ms) as soon as the leader allows it. Reports the time from the new member's start until
-# the promotion succeeds, the new member's peak RSS (VmHWM), RSS and bytes written (write_bytes
-# in /proc/PID/io) once promoted, the leader's peak RSS while it sends (VmRSS sampled every
-# 50 ms), and the p99 / max latency of a 1-client writer putting to the leader at 100 puts/s
+# the promotion succeeds, the new member's peak RSS (VmHWM), RSS, bytes written (write_bytes
+# in /proc/PID/io) and CPU time once promoted, the leader's peak RSS while it sends (VmRSS
+# sampled every 50 ms) and the CPU time it used from the new member's start until the
+# promotion (less noisy than the time on a shared machine), and the p99 / max latency of a 1-client writer putting to the leader at 100 puts/s
 # for 30 s from one second before the new member starts. kvd and etcd 3.4 in turn, ROUNDS
 # times; data dirs removed after each run.
 #
@@ -46,7 +47,7 @@ one() {
   start_cluster "$sys" "$bin" "$base" "$dir"
   wait_leader "$sys"
   local l
-  l=$(leader "$sys")
+  l=$(leader_now "$sys")
   local ep=${CLIENT[$sys,$l]}
   "$KVBENCH_BIN" --endpoints "$ep" --json put --key-size 16 --val-size "$VAL" \
     --key-space-size "$KEYS" --sequential-keys --clients 64 --conns 16 --total "$KEYS" >"$dir/load.json"
@@ -80,7 +81,8 @@ one() {
   sleep 1
   local extra=()
   [[ $sys == etcd ]] && extra=(--logger=zap --log-level=warn)
-  local t0 t1
+  local t0 t1 lcpu0
+  lcpu0=$(cpu_secs "${MPID[$sys,$l]}")
   t0=$(date +%s.%N)
   "$bin" --name m3 --data-dir "$dir/$sys-m3.data" \
     --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
@@ -103,7 +105,9 @@ one() {
   touch "$OUT/stop"
   wait "$pr"
   ((ok)) || echo "$sys: m3 was not promoted ($(tail -1 "$dir/promote.err")); logs in $dir" >&2
-  local hwm now wr_mib
+  local hwm now wr_mib cpu lcpu
+  cpu=$(cpu_secs "$m3")
+  lcpu=$(python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.2f}")' "$lcpu0" "$(cpu_secs "${MPID[$sys,$l]}")")
   hwm=$(rss_mib "$m3" VmHWM)
   now=$(rss_mib "$m3" VmRSS)
   wr_mib=$(written_mib "$m3")
@@ -111,9 +115,9 @@ one() {
   local lat
   lat=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["latency_ms"]["p99"], j["latency_ms"]["max"], j["errors"])' "$dir/writer.json")
   read -r p99 mx errs <<<"$lat"
-  printf '%s round %s: %s keys x %s B; promoted %ss after the start; new member peak %s MiB, %s MiB once promoted, wrote %s MiB; leader peak %s MiB; writer p99 %s ms, max %s ms, errors %s\n' \
-    "$sys" "$round" "$KEYS" "$VAL" "$(secs "$t0" "$t1")" "$hwm" "$now" "$wr_mib" "$(cat "$dir/leader_peak")" \
-    "$p99" "$mx" "$errs" | tee -a "$OUT/results.txt"
+  printf '%s round %s: %s keys x %s B; promoted %ss after the start; new member peak %s MiB, %s MiB once promoted, wrote %s MiB, CPU %ss; leader peak %s MiB, CPU %ss meanwhile; writer p99 %s ms, max %s ms, errors %s\n' \
+    "$sys" "$round" "$KEYS" "$VAL" "$(secs "$t0" "$t1")" "$hwm" "$now" "$wr_mib" "$cpu" "$(cat "$dir/leader_peak")" \
+    "$lcpu" "$p99" "$mx" "$errs" | tee -a "$OUT/results.txt"
   cleanup
   rm -rf "$dir"
 }
