@@ -124,15 +124,7 @@ impl Encoder {
 mod tests {
     use super::*;
     use crate::raft::sm::snapshot_format;
-
-    fn meta() -> SnapshotMeta {
-        SnapshotMeta {
-            last_log_id: Some(openraft::testing::log_id::<crate::raft::types::TypeConfig>(
-                2, 1, 77,
-            )),
-            ..Default::default()
-        }
-    }
+    use crate::raft::sm::snapshot_format::tests::meta;
 
     fn entries(n: usize) -> Entries {
         Box::new((0..n).map(|i| {

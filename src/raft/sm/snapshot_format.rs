@@ -370,13 +370,14 @@ pub fn verify(input: impl BufRead, file: &Path) -> Result<SnapshotMeta, StoreErr
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn meta() -> SnapshotMeta {
+    /// The meta of the snapshots these tests (and `snapshot_data`'s) write.
+    pub(crate) fn meta() -> SnapshotMeta {
         SnapshotMeta {
             last_log_id: Some(openraft::testing::log_id::<crate::raft::types::TypeConfig>(
-                3, 1, 41,
+                2, 1, 77,
             )),
             ..Default::default()
         }
