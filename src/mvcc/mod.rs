@@ -166,14 +166,28 @@ impl Inner {
 pub struct Image {
     engine: StoreEngine,
     upto: Revision,
-    small: Vec<(String, Vec<u8>, Vec<u8>)>,
+    small: Vec<ImageRecord>,
     _hold: tokio::sync::OwnedRwLockReadGuard<()>,
 }
+
+/// One record of an [`Image`]: its tree's name, key and value as the engine holds them (not
+/// copied).
+pub type ImageRecord = (&'static str, EngineBytes, EngineBytes);
+
+/// Bytes as the store's engine hands them out (a slice of its page, shared).
+pub type EngineBytes = <StoreEngine as Engine>::Bytes;
 
 impl Image {
     /// The image's entries as (tree name, key, value), in the form [`MvccStore::load`] takes:
     /// the history up to the image's revision (read from the engine now), then the small trees.
     pub fn entries(self) -> impl Iterator<Item = Result<(String, Vec<u8>, Vec<u8>), MvccError>> {
+        self.records()
+            .map(|r| r.map(|(tree, k, v)| (tree.to_string(), k.to_vec(), v.to_vec())))
+    }
+
+    /// [`Image::entries`] as the engine holds them, without a copy of each key and value (a
+    /// snapshot being sent encodes them straight from the engine's pages).
+    pub fn records(self) -> impl Iterator<Item = Result<ImageRecord, MvccError>> {
         let Image {
             engine,
             upto,
@@ -186,7 +200,7 @@ impl Image {
                 // The gate is released when the history has been read, not before.
                 let _ = &_hold;
                 let (k, v) = item?;
-                Ok((REV_TREE.to_string(), k.to_vec(), v.to_vec()))
+                Ok((REV_TREE, k, v))
             })
             .chain(small.into_iter().map(Ok))
     }
@@ -698,7 +712,7 @@ impl MvccStore {
         for tree in [Tree::Meta, Tree::Lease] {
             for item in i.engine.iter(tree) {
                 let (k, v) = item?;
-                small.push((tree.name().to_string(), k.to_vec(), v.to_vec()));
+                small.push((tree.name(), k, v));
             }
         }
         Ok(Image {

@@ -42,7 +42,7 @@ impl Image {
     pub fn meta(&self, key: &[u8]) -> Option<&[u8]> {
         self.small
             .iter()
-            .find(|(tree, k, _)| tree == META_TREE && k == key)
+            .find(|(tree, k, _)| *tree == META_TREE && k == key)
             .map(|(_, _, v)| &v[..])
     }
 
@@ -53,7 +53,7 @@ impl Image {
     ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
         self.small
             .iter()
-            .filter(move |(tree, k, _)| tree == META_TREE && k.starts_with(prefix))
+            .filter(move |(tree, k, _)| *tree == META_TREE && k.starts_with(prefix))
             .map(|(_, k, v)| (&k[..], &v[..]))
     }
 
@@ -61,7 +61,7 @@ impl Image {
     pub fn etcd_leases(&self) -> Result<Pairs, MvccError> {
         self.small
             .iter()
-            .filter(|(tree, _, _)| tree == LEASE_TREE)
+            .filter(|(tree, _, _)| *tree == LEASE_TREE)
             .map(|(_, k, v)| Ok(lease_to_etcd(decode_i64(k)?, decode_i64(v)?)))
             .collect()
     }

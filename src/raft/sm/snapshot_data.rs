@@ -17,8 +17,8 @@
 //! [`StateMachine::get_current_snapshot`]: crate::raft::sm::state_machine::StateMachine
 //! [`Image`]: crate::mvcc::Image
 
+use crate::mvcc::ImageRecord;
 use crate::raft::error::StoreError;
-use crate::raft::sm::snapshot_file::Entry;
 use crate::raft::sm::snapshot_format::Writer;
 use crate::raft::types::{SnapshotMeta, TypeConfig};
 
@@ -39,7 +39,8 @@ pub enum SnapshotData {
     Staged(Box<crate::raft::sm::state_machine::StagedSnapshot>),
 }
 
-type Entries = Box<dyn Iterator<Item = Result<Entry, StoreError>> + Send>;
+/// The records of an image, as its engine holds them: encoded without a copy of their own.
+type Entries = Box<dyn Iterator<Item = Result<ImageRecord, StoreError>> + Send>;
 
 /// An image of the state machine with the meta it was taken at.
 pub struct LiveSnapshot {
@@ -58,7 +59,7 @@ impl LiveSnapshot {
     pub fn new(meta: SnapshotMeta, image: crate::mvcc::Image) -> LiveSnapshot {
         LiveSnapshot {
             meta,
-            entries: Box::new(image.entries().map(|e| e.map_err(StoreError::from))),
+            entries: Box::new(image.records().map(|e| e.map_err(StoreError::from))),
         }
     }
 
@@ -78,7 +79,10 @@ impl LiveSnapshot {
         fs: &std::sync::Arc<dyn crate::wal::WalFs>,
         dir: &std::path::Path,
     ) -> Result<crate::raft::sm::snapshot_file_install::Built, StoreError> {
-        crate::raft::sm::snapshot_file_install::write(fs, dir, &self.meta, self.entries)
+        let entries = self
+            .entries
+            .map(|e| e.map(|(tree, k, v)| (tree.to_string(), k.to_vec(), v.to_vec())));
+        crate::raft::sm::snapshot_file_install::write(fs, dir, &self.meta, entries)
     }
 }
 
@@ -108,7 +112,7 @@ impl Encoder {
             match self.entries.next() {
                 Some(e) => {
                     let (tree, k, v) = e?;
-                    w.push(&tree, &k, &v)?;
+                    w.push(tree, &k, &v)?;
                 }
                 None => {
                     let w = self.writer.take().expect("checked above");
@@ -129,9 +133,9 @@ mod tests {
     fn entries(n: usize) -> Entries {
         Box::new((0..n).map(|i| {
             Ok((
-                crate::mvcc::REV_TREE.to_string(),
-                format!("k{i:06}").into_bytes(),
-                vec![b'v'; 300],
+                crate::mvcc::REV_TREE,
+                format!("k{i:06}").into_bytes().into(),
+                vec![b'v'; 300].into(),
             ))
         }))
     }
