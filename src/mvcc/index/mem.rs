@@ -53,13 +53,13 @@ impl IndexBuilder {
             return Ok(false);
         }
         self.last = Some(r);
-        let rec = Record::decode(rec)?;
-        on_record(&rec.kv.key, if rec.tombstone { 0 } else { rec.kv.lease });
-        let life = (rec.kv.create_revision, rec.kv.version);
+        let (tombstone, head) = Record::decode_head(rec)?;
+        on_record(&head.key, if tombstone { 0 } else { head.lease });
+        let life = (head.create_revision, head.version);
         self.map
-            .entry(IndexKey::from(rec.kv.key))
+            .entry(IndexKey::from(head.key))
             .or_default()
-            .restore(r, rec.tombstone, life);
+            .restore(r, tombstone, life);
         Ok(true)
     }
 

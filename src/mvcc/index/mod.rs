@@ -277,6 +277,32 @@ impl Record {
             kv: KeyValue::decode(rest)?,
         })
     }
+
+    /// What the key index takes from a record ([`Record::decode`] less the value, which is
+    /// skipped, not copied): its tombstone flag and [`RecordHead`].
+    pub fn decode_head(b: &[u8]) -> Result<(bool, RecordHead), MvccError> {
+        let (flag, rest) = b
+            .split_first()
+            .ok_or_else(|| MvccError::corrupt("empty history record"))?;
+        Ok((*flag != 0, RecordHead::decode(rest)?))
+    }
+}
+
+/// A `KeyValue`'s fields but its value, decoded from the same bytes: the value (tag 5) is
+/// an unknown field here, which prost steps over. Building the index from every record of a
+/// store (at open, or as a snapshot arrives) then copies no value.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct RecordHead {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    #[prost(int64, tag = "2")]
+    pub create_revision: i64,
+    #[prost(int64, tag = "3")]
+    pub mod_revision: i64,
+    #[prost(int64, tag = "4")]
+    pub version: i64,
+    #[prost(int64, tag = "6")]
+    pub lease: i64,
 }
 
 /// An 8-byte big-endian integer, as the lease and meta trees store them.
@@ -285,4 +311,59 @@ pub(crate) fn decode_i64(v: &[u8]) -> Result<i64, MvccError> {
         .try_into()
         .map_err(|_| MvccError::corrupt("bad revision in meta tree"))?;
     Ok(i64::from_be_bytes(b))
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    fn record(tombstone: bool, value: Vec<u8>, lease: i64) -> Record {
+        Record {
+            kv: KeyValue {
+                key: b"some/key".to_vec(),
+                create_revision: 7,
+                mod_revision: 9,
+                version: 3,
+                value,
+                lease,
+            },
+            tombstone,
+        }
+    }
+
+    /// The head holds exactly what the full decoding holds, less the value.
+    #[test]
+    fn a_record_head_is_the_record_less_its_value() {
+        for r in [
+            record(false, vec![7; 3000], 42),
+            record(false, Vec::new(), 0),
+            record(true, Vec::new(), 0),
+        ] {
+            let b = r.encode();
+            let full = Record::decode(&b).unwrap();
+            let (tombstone, head) = Record::decode_head(&b).unwrap();
+            assert_eq!(tombstone, full.tombstone);
+            assert_eq!(
+                head,
+                RecordHead {
+                    key: full.kv.key,
+                    create_revision: full.kv.create_revision,
+                    mod_revision: full.kv.mod_revision,
+                    version: full.kv.version,
+                    lease: full.kv.lease,
+                }
+            );
+        }
+    }
+
+    /// A record cut short, within its value or its key, or empty, does not decode, as the
+    /// full decoding refuses it.
+    #[test]
+    fn a_damaged_record_head_does_not_decode() {
+        let b = record(false, vec![7; 300], 42).encode();
+        for cut in [0, 5, b.len() - 150, b.len() - 1] {
+            assert!(Record::decode(&b[..cut]).is_err(), "cut at {cut}");
+            assert!(Record::decode_head(&b[..cut]).is_err(), "cut at {cut}");
+        }
+    }
 }
