@@ -100,7 +100,9 @@ where
     let fs: Arc<dyn WalFs> = Arc::new(RealFs);
     crate::wal::create_dir_durable(fs.as_ref(), sm_dir)?;
     let db = engine_dir::open_current(fs.as_ref(), sm_dir)?;
-    let engine = StoreEngine::open(&db)?;
+    // Its files are fsynced whole below, before anything relies on them: the restore's log
+    // writes need not wait for the disk one by one. A member opening it waits again.
+    let engine = StoreEngine::open_aside(&db, Default::default())?;
     if Tree::ALL.iter().any(|t| engine.iter(*t).next().is_some()) {
         return Err(StoreError::Snapshot {
             file: db,

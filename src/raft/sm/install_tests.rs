@@ -648,4 +648,9 @@ async fn a_defragmentation_waits_for_a_send_without_pausing_applies() {
         .unwrap();
     assert!(done.records > 0);
     assert_eq!(observe(&sm), want);
+    // Copied aside without a wait per write, the new engine waits for the disk once current.
+    assert!(
+        !sm.shared.mvcc.engine().writes_back(),
+        "the defragmented engine still only starts its writeback"
+    );
 }
