@@ -14,7 +14,8 @@
 # Usage: benches/compare/replace.sh [out-dir]
 # Env:   ROUNDS (1) KEYS (1000000) VAL (1024) SYSTEMS ("kvd etcd"; NAME=BIN runs a kvd build
 #        under its own name) KVD_BIN KVBENCH_BIN (default: $CARGO_TARGET_DIR or target,
-#        release/) ETCD_BIN (etcd) ETCDCTL (etcdctl) SKIP_BUILD=1
+#        release/) ETCD_BIN (etcd) ETCDCTL (etcdctl) SKIP_BUILD=1 KEEP=1 (keep each run's
+#        logs and data dirs)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -119,7 +120,7 @@ one() {
     "$sys" "$round" "$KEYS" "$VAL" "$(secs "$t0" "$t1")" "$hwm" "$now" "$wr_mib" "$cpu" "$(cat "$dir/leader_peak")" \
     "$lcpu" "$p99" "$mx" "$errs" | tee -a "$OUT/results.txt"
   cleanup
-  rm -rf "$dir"
+  [[ ${KEEP:-} == 1 ]] || rm -rf "$dir"
 }
 
 for round in $(seq 1 "$ROUNDS"); do
