@@ -342,8 +342,12 @@ impl RaftNode {
         call: impl std::future::Future<Output = T>,
     ) -> Option<T> {
         tokio::select! {
-            r = call => Some(r),
+            // Stopping is looked at first: a task that runs again only once the core has
+            // stopped must drop its call unpolled, or openraft logs the closed reply channel
+            // it finds as an error (seen on graceful stops under load, tests/quiet_logs.rs).
+            biased;
             () = self.when_stopping() => None,
+            r = call => Some(r),
         }
     }
 
