@@ -4,10 +4,11 @@
 //!
 //! A store of 50k puts of 1 KiB values over 50k keys (as `replace.sh` loads, at a sixth of its
 //! size), then:
-//! - `snapshot_encode`: the leader's side, an image of the store encoded into the snapshot
-//!   format, as a send encodes it (`snapshot_data::Encoder`).
-//! - `snapshot_decode`: the receiver reading the snapshot's entries and checksum, no more.
-//! - `snapshot_stage`: the receiver's whole work, the snapshot written into a fresh engine
+//! - `snapshot/encode`: the leader's side, an image of the store encoded into the snapshot
+//!   format in chunks, as a send's `snapshot_data::Encoder` does (that type is the crate's
+//!   own, so its loop is repeated here in a few lines).
+//! - `snapshot/decode`: the receiver reading the snapshot's entries and checksum, no more.
+//! - `snapshot/stage`: the receiver's whole work, the snapshot written into a fresh engine
 //!   (opened aside, as a received snapshot's is) with the key index built as it comes; its
 //!   files' fsync at the end is not included (`staging::stage` does it after).
 
