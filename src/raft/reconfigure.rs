@@ -95,8 +95,11 @@ impl RaftNode {
         id: NodeId,
         member: Member,
     ) -> Result<Option<Membership>, ReconfigError> {
-        let r = tokio::time::timeout(REQUEST_TIMEOUT, self.raft.add_learner(id, member, false))
+        let call = tokio::time::timeout(REQUEST_TIMEOUT, self.raft.add_learner(id, member, false));
+        let r = self
+            .unless_stopping(call)
             .await
+            .ok_or(ReconfigError::Stopped)?
             .map_err(|_| ReconfigError::Timeout)?;
         Ok(r.map_err(classify)?.membership)
     }
@@ -131,19 +134,29 @@ impl RaftNode {
         let raft = self.raft.clone();
         let after = *observed.log_id();
         let (done_tx, done) = tokio::sync::oneshot::channel();
+        let stopping = self.when_stopping();
         tokio::spawn(async move {
-            let r = if joint {
-                // Left joint by a change a leader did not finish: openraft's two-step change
-                // leaves it first (the direct append only goes from a uniform set).
-                let add = BTreeMap::from([(id, member)]);
-                raft.change_membership(ChangeMembers::AddVoters(add), true)
-                    .await
-            } else {
-                let cond = Precondition::LastMembershipLogId {
-                    last_membership_log_id: after,
-                };
-                raft.append_membership(proposed, PayloadOf::<TypeConfig>::blank(), [cond])
-                    .await
+            let change = async {
+                if joint {
+                    // Left joint by a change a leader did not finish: openraft's two-step change
+                    // leaves it first (the direct append only goes from a uniform set).
+                    let add = BTreeMap::from([(id, member)]);
+                    raft.change_membership(ChangeMembers::AddVoters(add), true)
+                        .await
+                } else {
+                    let cond = Precondition::LastMembershipLogId {
+                        last_membership_log_id: after,
+                    };
+                    raft.append_membership(proposed, PayloadOf::<TypeConfig>::blank(), [cond])
+                        .await
+                }
+            };
+            // As `unless_stopping`: a stop drops the call unpolled (the waiter then hears that
+            // the task ended).
+            let r = tokio::select! {
+                biased;
+                () = stopping => return,
+                r = change => r,
             };
             match &r {
                 Ok(_) => tracing::info!(member = %format!("{id:x}"), "added voter: committed"),
@@ -163,7 +176,8 @@ impl RaftNode {
         tokio::select! {
             r = done => match r {
                 Ok(Ok(r)) => Ok(r.map_err(classify)?.membership),
-                Ok(Err(_)) => Err(ReconfigError::Internal("membership change task ended".into())),
+                // The task ends without an answer when the member stops under it.
+                Ok(Err(_)) => Err(ReconfigError::Stopped),
                 Err(_) => Err(ReconfigError::Timeout),
             },
             // A joint configuration's first step is not this single-step entry: answered at
@@ -190,10 +204,13 @@ impl RaftNode {
         };
         // Removing this member (the leader) is fine: once the change commits, openraft hands
         // leadership to another voter and this member's removal watch stops the process.
-        let done =
-            tokio::time::timeout(REQUEST_TIMEOUT, self.raft.change_membership(change, false))
-                .await
-                .map_err(|_| ReconfigError::Timeout)?;
+        let call =
+            tokio::time::timeout(REQUEST_TIMEOUT, self.raft.change_membership(change, false));
+        let done = self
+            .unless_stopping(call)
+            .await
+            .ok_or(ReconfigError::Stopped)?
+            .map_err(|_| ReconfigError::Timeout)?;
         match done {
             Ok(resp) => Ok(resp.membership),
             // When this member removes itself, the removal watch may stop Raft between the
@@ -235,8 +252,11 @@ impl RaftNode {
         &self,
         change: ChangeMembers<NodeId, Member>,
     ) -> Result<Option<Membership>, ReconfigError> {
-        let r = tokio::time::timeout(REQUEST_TIMEOUT, self.raft.change_membership(change, true))
+        let call = tokio::time::timeout(REQUEST_TIMEOUT, self.raft.change_membership(change, true));
+        let r = self
+            .unless_stopping(call)
             .await
+            .ok_or(ReconfigError::Stopped)?
             .map_err(|_| ReconfigError::Timeout)?;
         Ok(r.map_err(classify)?.membership)
     }
