@@ -30,12 +30,15 @@
 //! - A load does not exclude readers (the trees change under them); the caller keeps reads
 //!   out while it runs.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, SyncSender};
 
+use bytes::Bytes;
+
 use crate::sync::LockExt;
 
-use super::engine::{BulkWriter, Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
+use super::engine::{Buf, BulkWriter, Engine, StoreEngine, Tree, WriteBatch, LEGACY_IDX_TREE};
 use super::error::{MvccError, StorageError};
 use super::failpoint::{crash_point, Armed};
 use super::index::lease::LeaseBuilder;
@@ -49,12 +52,50 @@ const META_LOADING: &[u8] = b"mvcc/loading";
 /// between batches.
 const BATCH: usize = if cfg!(test) { 4 } else { 1024 };
 
+/// An entry of a snapshot or a dump, as a load takes it: its tree's name, key and value.
+pub trait LoadEntry {
+    /// The name of the entry's tree.
+    fn tree(&self) -> &str;
+    /// The entry's key and value.
+    fn into_parts(self) -> (Buf<'static>, Buf<'static>);
+}
+
+/// An entry decoded into buffers of its own.
+impl LoadEntry for (String, Vec<u8>, Vec<u8>) {
+    fn tree(&self) -> &str {
+        &self.0
+    }
+
+    fn into_parts(self) -> (Buf<'static>, Buf<'static>) {
+        (self.1.into(), self.2.into())
+    }
+}
+
+/// An entry lent from the buffer it was received in (a snapshot's chunk).
+impl LoadEntry for (Cow<'static, str>, Bytes, Bytes) {
+    fn tree(&self) -> &str {
+        &self.0
+    }
+
+    fn into_parts(self) -> (Buf<'static>, Buf<'static>) {
+        (self.1.into(), self.2.into())
+    }
+}
+
+/// The store's own tree named `name`, as a `'static` name; `None` for any other name.
+pub fn tree_name(name: &[u8]) -> Option<&'static str> {
+    [REV_TREE, LEASE_TREE, META_TREE, LEGACY_IDX_TREE]
+        .into_iter()
+        .find(|t| t.as_bytes() == name)
+}
+
 /// Checks that `entries` can be loaded (every tree is one of the store's), without loading.
-pub fn check_entries<'a>(
-    entries: impl IntoIterator<Item = &'a (String, Vec<u8>, Vec<u8>)>,
+pub fn check_entries<'a, T: LoadEntry + 'a>(
+    entries: impl IntoIterator<Item = &'a T>,
 ) -> Result<(), MvccError> {
-    for (tree, _, _) in entries {
-        if ![REV_TREE, LEASE_TREE, META_TREE, LEGACY_IDX_TREE].contains(&tree.as_str()) {
+    for e in entries {
+        let tree = e.tree();
+        if ![REV_TREE, LEASE_TREE, META_TREE, LEGACY_IDX_TREE].contains(&tree) {
             return Err(MvccError::corrupt(format!("unknown tree {tree:?}")));
         }
     }
@@ -84,7 +125,7 @@ impl<'a> Batcher<'a> {
         }
     }
 
-    fn insert(&mut self, k: Vec<u8>, v: Vec<u8>) -> Result<(), WriterStopped> {
+    fn insert(&mut self, k: Buf<'static>, v: Buf<'static>) -> Result<(), WriterStopped> {
         self.batch.put(self.tree, k, v);
         if self.batch.len() >= BATCH {
             self.finish()?;
@@ -119,9 +160,14 @@ impl MvccStore {
     /// [`Self::load`] from a fallible stream of entries, read one at a time, in engine
     /// batches: memory does not grow with the number of entries (beyond the key index every
     /// store keeps). The caller checks the entries first (see the module doc).
-    pub fn load_from<I, E>(&self, entries: I, meta: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), E>
+    pub fn load_from<I, T, E>(
+        &self,
+        entries: I,
+        meta: &[(Vec<u8>, Option<Vec<u8>>)],
+    ) -> Result<(), E>
     where
-        I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+        I: IntoIterator<Item = Result<T, E>>,
+        T: LoadEntry,
         E: From<MvccError>,
     {
         check_meta(meta)?;
@@ -213,9 +259,10 @@ impl MvccStore {
 /// thread writes the batches, in the order they were made, so the engine holds a prefix of
 /// them whenever it stops. An engine error stops both; an entry's error stops the decoding,
 /// and the batches made before it are written.
-fn write_trees<I, E>(engine: &StoreEngine, entries: I) -> Result<(MetaWrites, Built), E>
+fn write_trees<I, T, E>(engine: &StoreEngine, entries: I) -> Result<(MetaWrites, Built), E>
 where
-    I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+    I: IntoIterator<Item = Result<T, E>>,
+    T: LoadEntry,
     E: From<MvccError>,
 {
     let armed = Armed::take();
@@ -255,12 +302,13 @@ where
 
 /// The decoding half of [`write_trees`]: batches sent to the writer, the meta writes and the
 /// indexes returned; `Ok(Err(WriterStopped))` when the writer stopped first.
-fn decode_trees<I, E>(
+fn decode_trees<I, T, E>(
     entries: I,
     to_writer: &SyncSender<WriteBatch<'static>>,
 ) -> Result<Result<(MetaWrites, Built), WriterStopped>, E>
 where
-    I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+    I: IntoIterator<Item = Result<T, E>>,
+    T: LoadEntry,
     E: From<MvccError>,
 {
     let mut rev = Batcher::new(to_writer, Tree::Rev);
@@ -272,8 +320,14 @@ where
     for entry in entries {
         let entry = entry?;
         check_entries([&entry])?;
-        let (tree, k, v) = entry;
-        let sent = match tree.as_str() {
+        let tree = match entry.tree() {
+            REV_TREE => REV_TREE,
+            LEASE_TREE => LEASE_TREE,
+            META_TREE => META_TREE,
+            _ => LEGACY_IDX_TREE,
+        };
+        let (k, v) = entry.into_parts();
+        let sent = match tree {
             REV_TREE => {
                 if let Some((idx, leases)) = built.as_mut() {
                     if !matches!(idx.add(&k, &v, &mut |key, l| leases.set(key, l)), Ok(true)) {
@@ -283,8 +337,8 @@ where
                 rev.insert(k, v)
             }
             LEASE_TREE => lease.insert(k, v),
-            META_TREE if k != META_LOADING => {
-                new_meta.insert(k, Some(v));
+            META_TREE if &k[..] != META_LOADING => {
+                new_meta.insert(k.to_vec(), Some(v.to_vec()));
                 Ok(())
             }
             _ => Ok(()),
@@ -350,13 +404,14 @@ impl std::fmt::Debug for Staged {
 /// store's engine ([`MvccStore::install_staged`]). Checks each entry as it comes; an error
 /// leaves `fresh` partly written, for the caller to discard. Memory does not grow with the
 /// number of entries beyond the key index being built.
-pub fn stage<I, E>(
+pub fn stage<I, T, E>(
     fresh: &StoreEngine,
     entries: I,
     meta: &[(Vec<u8>, Option<Vec<u8>>)],
 ) -> Result<Staged, E>
 where
-    I: IntoIterator<Item = Result<(String, Vec<u8>, Vec<u8>), E>>,
+    I: IntoIterator<Item = Result<T, E>>,
+    T: LoadEntry,
     E: From<MvccError>,
 {
     check_meta(meta)?;

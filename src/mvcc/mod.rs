@@ -95,7 +95,7 @@ pub use etcd::image::{entries_from_etcd, EtcdEntries, Pairs, TreeEntries, TreeEn
 pub use hash::{Crc32c, KvHash};
 pub use index::Revision;
 pub use key_range::range_contains;
-pub use load::{check_entries, stage, Staged};
+pub use load::{check_entries, stage, tree_name, LoadEntry, Staged};
 pub use request::{WriteRequest, WriteResponse};
 
 use apply::Batch;

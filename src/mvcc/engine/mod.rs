@@ -108,8 +108,68 @@ impl Tree {
 /// and skipped in snapshots.
 pub const LEGACY_IDX_TREE: &str = "mvcc_idx";
 
+/// A key or value of a [`WriteBatch`]: borrowed, owned, or shared with the buffer it was
+/// received in (a snapshot's chunk, whose entries are not copied out of it).
+#[derive(Clone, Debug)]
+pub enum Buf<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+    Shared(bytes::Bytes),
+}
+
+impl std::ops::Deref for Buf<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Buf::Borrowed(b) => b,
+            Buf::Owned(v) => v,
+            Buf::Shared(b) => b,
+        }
+    }
+}
+
+impl<'a> From<&'a [u8]> for Buf<'a> {
+    fn from(b: &'a [u8]) -> Self {
+        Buf::Borrowed(b)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [u8; N]> for Buf<'a> {
+    fn from(b: &'a [u8; N]) -> Self {
+        Buf::Borrowed(b)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for Buf<'a> {
+    fn from(b: &'a Vec<u8>) -> Self {
+        Buf::Borrowed(b)
+    }
+}
+
+impl From<Vec<u8>> for Buf<'_> {
+    fn from(v: Vec<u8>) -> Self {
+        Buf::Owned(v)
+    }
+}
+
+impl From<bytes::Bytes> for Buf<'_> {
+    fn from(b: bytes::Bytes) -> Self {
+        Buf::Shared(b)
+    }
+}
+
+impl<'a> From<Cow<'a, [u8]>> for Buf<'a> {
+    fn from(c: Cow<'a, [u8]>) -> Self {
+        match c {
+            Cow::Borrowed(b) => Buf::Borrowed(b),
+            Cow::Owned(v) => Buf::Owned(v),
+        }
+    }
+}
+
 /// One write of a [`WriteBatch`]: `None` deletes.
-pub type Write<'a> = (Tree, Cow<'a, [u8]>, Option<Cow<'a, [u8]>>);
+pub type Write<'a> = (Tree, Buf<'a>, Option<Buf<'a>>);
 
 /// Writes to apply atomically, in order, with [`Engine::write`]. Keys and values may be
 /// borrowed, so large values are not copied to build a batch.
@@ -119,26 +179,16 @@ pub struct WriteBatch<'a> {
 }
 
 impl<'a> WriteBatch<'a> {
-    pub fn put(
-        &mut self,
-        tree: Tree,
-        key: impl Into<Cow<'a, [u8]>>,
-        value: impl Into<Cow<'a, [u8]>>,
-    ) {
+    pub fn put(&mut self, tree: Tree, key: impl Into<Buf<'a>>, value: impl Into<Buf<'a>>) {
         self.writes.push((tree, key.into(), Some(value.into())));
     }
 
-    pub fn delete(&mut self, tree: Tree, key: impl Into<Cow<'a, [u8]>>) {
+    pub fn delete(&mut self, tree: Tree, key: impl Into<Buf<'a>>) {
         self.writes.push((tree, key.into(), None));
     }
 
     /// Writes a value, or deletes with `None`.
-    pub fn set(
-        &mut self,
-        tree: Tree,
-        key: impl Into<Cow<'a, [u8]>>,
-        value: Option<impl Into<Cow<'a, [u8]>>>,
-    ) {
+    pub fn set(&mut self, tree: Tree, key: impl Into<Buf<'a>>, value: Option<impl Into<Buf<'a>>>) {
         self.writes.push((tree, key.into(), value.map(Into::into)));
     }
 

@@ -116,7 +116,7 @@ where
     });
     // Straight into the engine, as a received snapshot is staged: a restore that fails
     // midway leaves a partial engine, which its caller discards with the unfinished data dir.
-    let staged = crate::mvcc::stage::<_, StoreError>(
+    let staged = crate::mvcc::stage::<_, _, StoreError>(
         &engine,
         checked,
         &[

@@ -19,7 +19,7 @@
 
 use crate::mvcc::ImageRecord;
 use crate::raft::error::StoreError;
-use crate::raft::sm::snapshot_format::Writer;
+use crate::raft::sm::snapshot_format::ChunkWriter;
 use crate::raft::types::{SnapshotMeta, TypeConfig};
 
 /// A snapshot as openraft hands it around: its metadata and [`SnapshotData`], never bytes in
@@ -66,7 +66,7 @@ impl LiveSnapshot {
     /// Encodes the snapshot, chunk by chunk.
     pub fn encoder(self) -> Result<Encoder, StoreError> {
         Ok(Encoder {
-            writer: Some(Writer::new(Vec::new(), &self.meta)?),
+            writer: Some(ChunkWriter::new(&self.meta)),
             entries: self.entries,
         })
     }
@@ -89,7 +89,7 @@ impl LiveSnapshot {
 /// The bytes of a [`LiveSnapshot`], encoded as they are asked for.
 pub struct Encoder {
     /// `None` once the end marker and checksum are out.
-    writer: Option<Writer<Vec<u8>>>,
+    writer: Option<ChunkWriter>,
     entries: Entries,
 }
 
@@ -106,9 +106,8 @@ impl Encoder {
         };
         // The chunk's buffer at its full size at once: grown from empty, its bytes would be
         // copied over ten times on the way to `size`. One large entry may still grow it.
-        let out = w.output_mut();
-        out.reserve((size + CHUNK_SLACK).saturating_sub(out.len()));
-        while w.output_mut().len() < size {
+        w.reserve((size + CHUNK_SLACK).saturating_sub(w.len()));
+        while w.len() < size {
             match self.entries.next() {
                 Some(e) => {
                     let (tree, k, v) = e?;
@@ -116,11 +115,11 @@ impl Encoder {
                 }
                 None => {
                     let w = self.writer.take().expect("checked above");
-                    return Ok(Some(w.finish()?));
+                    return Ok(Some(w.finish()));
                 }
             }
         }
-        Ok(Some(std::mem::take(w.output_mut())))
+        Ok(Some(w.take(0)))
     }
 }
 

@@ -9,17 +9,27 @@
 //! Version 1 files (`data_len u64 | bincode payload | crc32` after the meta, written by kvd
 //! before snapshots streamed) are still read, whole, so a member upgraded with one starts.
 //!
+//! A snapshot sent to a follower is these bytes in chunks: [`ChunkWriter`] writes them into
+//! memory a chunk at a time, and the receiver reads them from the chunks as they arrive
+//! ([`ChunkInput`]), lending each entry's key and value from its chunk ([`Reader::lent`]).
+//!
 //! Invariants:
 //! - Memory is bounded by one entry, whatever the file's size: [`Writer`] writes each entry
 //!   through as it comes; [`Reader`] allocates an entry's bytes as they are read (a corrupt
 //!   length cannot make it allocate more than the file holds, and never more than
-//!   [`MAX_ENTRY`]).
+//!   [`MAX_ENTRY`]). A lent entry holds its chunk until it is dropped.
+//! - The bytes are the same whichever writer wrote them: a [`ChunkWriter`]'s chunks, put
+//!   together, are a [`Writer`]'s file of the same entries; likewise [`Reader::lent`] yields
+//!   the entries the plain [`Reader`] does, and refuses what it refuses.
 //! - [`Reader`] yields entries before it has checked the checksum (it is at the end); it
 //!   reports a mismatch, a truncation or trailing bytes as an error instead of its end. A
 //!   caller that must not act on a damaged file reads it through once first ([`verify`]).
 
+use std::borrow::Cow;
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
 
 use crate::raft::codec::{decode, encode};
 use crate::raft::error::StoreError;
@@ -39,6 +49,10 @@ const MAX_META: usize = 16 << 20;
 
 /// One entry of the state machine's trees: (tree name, key, value).
 pub type Entry = (String, Vec<u8>, Vec<u8>);
+
+/// An entry whose key and value are lent from the input's buffer ([`Reader::lent`]); the tree
+/// name is borrowed when it is one of the store's.
+pub type LentEntry = (Cow<'static, str>, Bytes, Bytes);
 
 fn bad(file: &Path, reason: impl Into<String>) -> StoreError {
     StoreError::Snapshot {
@@ -134,53 +148,158 @@ impl<R: BufRead> CrcInput<R> {
     }
 }
 
+impl<R: Lend> CrcInput<R> {
+    /// The next `len` bytes, lent from the input's buffer if they lie whole in it (`None`
+    /// otherwise, or if the input does not lend); consumed if lent.
+    fn lend(&mut self, len: usize) -> io::Result<Option<Bytes>> {
+        if self.buf()?.len() < len {
+            return Ok(None);
+        }
+        let lent = self.inner.lend(self.held, len);
+        if lent.is_some() {
+            self.consume(len);
+        }
+        Ok(lent)
+    }
+}
+
+/// An input that can lend the bytes of its buffer as shared [`Bytes`], without a copy: a
+/// received snapshot's chunks, each one [`Bytes`].
+pub trait Lend: BufRead {
+    /// `len` bytes of the buffer the last `fill_buf` returned, from `at` on (the caller has
+    /// checked that they lie in it); `None` if this input cannot lend them.
+    fn lend(&mut self, at: usize, len: usize) -> Option<Bytes>;
+}
+
+impl<T: Lend + ?Sized> Lend for &mut T {
+    fn lend(&mut self, at: usize, len: usize) -> Option<Bytes> {
+        (**self).lend(at, len)
+    }
+}
+
+/// A snapshot's bytes as they arrive in chunks (a send's, each one [`Bytes`]), read as one
+/// buffered input whose buffer is the current chunk: entries are decoded, and lent
+/// ([`Reader::lent`]), from it where they lie. Ends when `chunks` does.
+pub struct ChunkInput<I> {
+    chunks: I,
+    chunk: Bytes,
+    /// Bytes consumed so far.
+    read: u64,
+}
+
+impl<I: Iterator<Item = Bytes>> ChunkInput<I> {
+    pub fn new(chunks: I) -> Self {
+        ChunkInput {
+            chunks,
+            chunk: Bytes::new(),
+            read: 0,
+        }
+    }
+
+    /// The bytes consumed so far.
+    pub fn read(&self) -> u64 {
+        self.read
+    }
+
+    /// The source of the chunks.
+    pub fn chunks_mut(&mut self) -> &mut I {
+        &mut self.chunks
+    }
+}
+
+impl<I: Iterator<Item = Bytes>> BufRead for ChunkInput<I> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.chunk.is_empty() {
+            match self.chunks.next() {
+                Some(c) => self.chunk = c,
+                None => break,
+            }
+        }
+        Ok(&self.chunk)
+    }
+
+    fn consume(&mut self, n: usize) {
+        bytes::Buf::advance(&mut self.chunk, n);
+        self.read += n as u64;
+    }
+}
+
+impl<I: Iterator<Item = Bytes>> io::Read for ChunkInput<I> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let b = self.fill_buf()?;
+        let n = buf.len().min(b.len());
+        buf[..n].copy_from_slice(&b[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl<I: Iterator<Item = Bytes>> Lend for ChunkInput<I> {
+    fn lend(&mut self, at: usize, len: usize) -> Option<Bytes> {
+        Some(self.chunk.slice(at..at + len))
+    }
+}
+
 /// Writes a snapshot's bytes to `W` one entry at a time (see the module doc).
 pub struct Writer<W: Write> {
     out: Crc<W>,
     entries: u64,
 }
 
+/// The bytes of a snapshot's header: magic, version and `meta`.
+fn header(meta: &SnapshotMeta) -> Vec<u8> {
+    let meta_b = encode(meta);
+    let mut h = Vec::with_capacity(16 + meta_b.len());
+    h.extend_from_slice(MAGIC);
+    h.extend_from_slice(&VERSION.to_le_bytes());
+    h.extend_from_slice(&(meta_b.len() as u32).to_le_bytes());
+    h.extend_from_slice(&meta_b);
+    h
+}
+
+/// An entry's framing before its key and value, in `head`; returns its length. A tree name
+/// must be 1 to 255 bytes (the store's are short names).
+fn entry_head(
+    head: &mut [u8; 1 + 255 + 8],
+    tree: &str,
+    key: &[u8],
+    value: &[u8],
+) -> io::Result<usize> {
+    let too_big = |what| io::Error::new(io::ErrorKind::InvalidInput, what);
+    if tree.is_empty() || tree.len() > u8::MAX as usize {
+        return Err(too_big("snapshot entry: tree name of 1 to 255 bytes"));
+    }
+    if key.len() + value.len() > MAX_ENTRY {
+        return Err(too_big("snapshot entry larger than MAX_ENTRY"));
+    }
+    let n = 1 + tree.len();
+    head[0] = tree.len() as u8;
+    head[1..n].copy_from_slice(tree.as_bytes());
+    head[n..n + 4].copy_from_slice(&(key.len() as u32).to_le_bytes());
+    head[n + 4..n + 8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    Ok(n + 8)
+}
+
 impl<W: Write> Writer<W> {
     /// Starts a snapshot of `meta` (writes the header).
     pub fn new(out: W, meta: &SnapshotMeta) -> io::Result<Self> {
-        let meta_b = encode(meta);
         let mut out = Crc {
             inner: out,
             crc: crc32fast::Hasher::new(),
         };
-        out.write_all(MAGIC)?;
-        out.write_all(&VERSION.to_le_bytes())?;
-        out.write_all(&(meta_b.len() as u32).to_le_bytes())?;
-        out.write_all(&meta_b)?;
+        out.write_all(&header(meta))?;
         Ok(Writer { out, entries: 0 })
     }
 
     /// Appends one entry. A tree name must be 1 to 255 bytes (the store's are short names).
     pub fn push(&mut self, tree: &str, key: &[u8], value: &[u8]) -> io::Result<()> {
-        let too_big = |what| io::Error::new(io::ErrorKind::InvalidInput, what);
-        if tree.is_empty() || tree.len() > u8::MAX as usize {
-            return Err(too_big("snapshot entry: tree name of 1 to 255 bytes"));
-        }
-        if key.len() + value.len() > MAX_ENTRY {
-            return Err(too_big("snapshot entry larger than MAX_ENTRY"));
-        }
         let mut head = [0u8; 1 + 255 + 8];
-        let n = 1 + tree.len();
-        head[0] = tree.len() as u8;
-        head[1..n].copy_from_slice(tree.as_bytes());
-        head[n..n + 4].copy_from_slice(&(key.len() as u32).to_le_bytes());
-        head[n + 4..n + 8].copy_from_slice(&(value.len() as u32).to_le_bytes());
-        self.out.write_all(&head[..n + 8])?;
+        let n = entry_head(&mut head, tree, key, value)?;
+        self.out.write_all(&head[..n])?;
         self.out.write_all(key)?;
         self.out.write_all(value)?;
         self.entries += 1;
         Ok(())
-    }
-
-    /// The output written so far: bytes taken out of it are not written again, and the
-    /// checksum already covers them (a live snapshot sends them as chunks).
-    pub fn output_mut(&mut self) -> &mut W {
-        &mut self.out.inner
     }
 
     /// Writes the end marker, the entry count and the checksum; returns the writer (not
@@ -192,6 +311,70 @@ impl<W: Write> Writer<W> {
         let mut inner = self.out.inner;
         inner.write_all(&crc.to_le_bytes())?;
         Ok(inner)
+    }
+}
+
+/// Writes a snapshot's bytes into memory, to be taken a chunk at a time ([`ChunkWriter::take`]):
+/// the bytes of all the chunks, in order, are a [`Writer`]'s file of the same entries. The
+/// checksum is computed over each chunk once, as it is taken, instead of over each entry's
+/// three pieces as they are written.
+pub struct ChunkWriter {
+    buf: Vec<u8>,
+    crc: crc32fast::Hasher,
+    entries: u64,
+}
+
+impl ChunkWriter {
+    /// Starts a snapshot of `meta` (its header is the first chunk's start).
+    pub fn new(meta: &SnapshotMeta) -> Self {
+        ChunkWriter {
+            buf: header(meta),
+            crc: crc32fast::Hasher::new(),
+            entries: 0,
+        }
+    }
+
+    /// Appends one entry (see [`Writer::push`]).
+    pub fn push(&mut self, tree: &str, key: &[u8], value: &[u8]) -> io::Result<()> {
+        let mut head = [0u8; 1 + 255 + 8];
+        let n = entry_head(&mut head, tree, key, value)?;
+        self.buf.reserve(n + key.len() + value.len());
+        self.buf.extend_from_slice(&head[..n]);
+        self.buf.extend_from_slice(key);
+        self.buf.extend_from_slice(value);
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// The bytes written and not yet taken.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether every byte written was taken.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Reserves room for `more` bytes in the chunk being written.
+    pub fn reserve(&mut self, more: usize) {
+        self.buf.reserve(more);
+    }
+
+    /// Takes the bytes written so far as a chunk, with `capacity` reserved for the next.
+    pub fn take(&mut self, capacity: usize) -> Vec<u8> {
+        self.crc.update(&self.buf);
+        std::mem::replace(&mut self.buf, Vec::with_capacity(capacity))
+    }
+
+    /// Writes the end marker, the entry count and the checksum; returns the last chunk.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.buf.push(0);
+        self.buf.extend_from_slice(&self.entries.to_le_bytes());
+        self.crc.update(&self.buf);
+        let crc = self.crc.finalize();
+        self.buf.extend_from_slice(&crc.to_le_bytes());
+        self.buf
     }
 }
 
@@ -310,10 +493,25 @@ impl<R: BufRead> Reader<R> {
     }
 
     fn next_entry(&mut self) -> Result<Option<Entry>, StoreError> {
+        if let Body::Legacy(items) = &mut self.body {
+            return Ok(items.next());
+        }
+        let Some((tree, key_len, value_len)) = self.entry_head()? else {
+            return Ok(None);
+        };
+        let tree =
+            String::from_utf8(tree).map_err(|_| bad(&self.file, "tree name is not UTF-8"))?;
+        let key = self.bytes(key_len)?;
+        let value = self.bytes(value_len)?;
+        Ok(Some((tree, key, value)))
+    }
+
+    /// The next entry's tree name and its key and value lengths, or `None` after the last
+    /// entry (its trailer checked).
+    fn entry_head(&mut self) -> Result<Option<(Vec<u8>, usize, usize)>, StoreError> {
         let entries = match &mut self.body {
-            Body::Done => return Ok(None),
-            Body::Legacy(items) => return Ok(items.next()),
             Body::Streamed { entries } => *entries,
+            _ => return Ok(None),
         };
         let mut tree_len = [0u8; 1];
         self.exact(&mut tree_len)?;
@@ -325,8 +523,8 @@ impl<R: BufRead> Reader<R> {
             self.body = Body::Done;
             return Ok(None);
         }
-        let tree = String::from_utf8(self.bytes(tree_len[0] as usize)?)
-            .map_err(|_| bad(&self.file, "tree name is not UTF-8"))?;
+        let mut tree = vec![0u8; tree_len[0] as usize];
+        self.exact(&mut tree)?;
         let key_len = self.u32()? as usize;
         let value_len = self.u32()? as usize;
         if key_len + value_len > MAX_ENTRY {
@@ -335,12 +533,63 @@ impl<R: BufRead> Reader<R> {
                 format!("entry of {} bytes", key_len + value_len),
             ));
         }
-        let key = self.bytes(key_len)?;
-        let value = self.bytes(value_len)?;
         self.body = Body::Streamed {
             entries: entries + 1,
         };
+        Ok(Some((tree, key_len, value_len)))
+    }
+}
+
+impl<R: Lend> Reader<R> {
+    /// The entries, each key and value lent from the input's buffer where it lies whole in
+    /// it (copied where it straddles two buffers): no copy, and no allocation, per entry.
+    pub fn lent(self) -> Lent<R> {
+        Lent(self)
+    }
+
+    fn next_lent(&mut self) -> Result<Option<LentEntry>, StoreError> {
+        if let Body::Legacy(items) = &mut self.body {
+            return Ok(items
+                .next()
+                .map(|(t, k, v)| (Cow::Owned(t), k.into(), v.into())));
+        }
+        let Some((tree, key_len, value_len)) = self.entry_head()? else {
+            return Ok(None);
+        };
+        let tree = match crate::mvcc::tree_name(&tree) {
+            Some(known) => Cow::Borrowed(known),
+            None => Cow::Owned(
+                String::from_utf8(tree).map_err(|_| bad(&self.file, "tree name is not UTF-8"))?,
+            ),
+        };
+        let key = self.lent_bytes(key_len)?;
+        let value = self.lent_bytes(value_len)?;
         Ok(Some((tree, key, value)))
+    }
+
+    fn lent_bytes(&mut self, len: usize) -> Result<Bytes, StoreError> {
+        match self.input.lend(len).map_err(|e| self.io(e))? {
+            Some(b) => Ok(b),
+            None => Ok(self.bytes(len)?.into()),
+        }
+    }
+}
+
+/// [`Reader::lent`]: an iterator of `Result<LentEntry, StoreError>` that ends after the first
+/// error.
+pub struct Lent<R: BufRead>(Reader<R>);
+
+impl<R: Lend> Iterator for Lent<R> {
+    type Item = Result<LentEntry, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.0.next_lent() {
+            Ok(e) => e.map(Ok),
+            Err(e) => {
+                self.0.body = Body::Done;
+                Some(Err(e))
+            }
+        }
     }
 }
 
@@ -386,7 +635,12 @@ pub(crate) mod tests {
     fn entries() -> Vec<Entry> {
         (0..200u32)
             .map(|i| {
-                let tree = if i % 7 == 0 { "lease" } else { "rev" };
+                // The store's own trees and others: a lent entry borrows the first's names.
+                let tree = match i % 7 {
+                    0 => "lease",
+                    1 => crate::mvcc::REV_TREE,
+                    _ => "rev",
+                };
                 let value = vec![i as u8; (i as usize * 37) % 3000];
                 (tree.to_string(), i.to_be_bytes().to_vec(), value)
             })
@@ -430,6 +684,88 @@ pub(crate) mod tests {
     fn read(data: &[u8], step: usize) -> Result<(SnapshotMeta, Vec<Entry>), StoreError> {
         let (m, r) = Reader::new(Pieces { data, step }, Path::new("t"))?;
         Ok((m, r.collect::<Result<_, _>>()?))
+    }
+
+    /// `data` in chunks of `step` bytes, as a send's arrive.
+    fn chunked(data: &[u8], step: usize) -> ChunkInput<std::vec::IntoIter<Bytes>> {
+        let chunks: Vec<Bytes> = data.chunks(step).map(Bytes::copy_from_slice).collect();
+        ChunkInput::new(chunks.into_iter())
+    }
+
+    fn read_lent(data: &[u8], step: usize) -> Result<(SnapshotMeta, Vec<Entry>), StoreError> {
+        let (m, r) = Reader::new(chunked(data, step), Path::new("t"))?;
+        let entries = r
+            .lent()
+            .map(|e| e.map(|(t, k, v)| (t.into_owned(), k.to_vec(), v.to_vec())))
+            .collect::<Result<_, _>>()?;
+        Ok((m, entries))
+    }
+
+    /// Lent entries are the entries, whether they lie whole in a chunk or straddle two.
+    #[test]
+    fn lent_entries_read_back_whatever_the_chunks() {
+        let f = file();
+        for step in [1, 2, 3, 5, 8, 13, 4096, 1 << 20] {
+            let (m, got) = read_lent(&f, step).unwrap();
+            assert_eq!(m, meta(), "step {step}");
+            assert_eq!(got, entries(), "step {step}");
+        }
+    }
+
+    /// An entry that lies whole in its chunk is lent from it, not copied; the store's tree
+    /// names are not allocated.
+    #[test]
+    fn lent_entries_share_their_chunk() {
+        let whole = Bytes::from(file());
+        let range = whole.as_ptr_range();
+        let input = ChunkInput::new(std::iter::once(whole.clone()));
+        let (_, r) = Reader::new(input, Path::new("t")).unwrap();
+        let mut borrowed = 0;
+        for e in r.lent() {
+            let (tree, k, v) = e.unwrap();
+            for b in [&k, &v].into_iter().filter(|b| !b.is_empty()) {
+                assert!(range.contains(&b.as_ptr()), "a copy of {} bytes", b.len());
+            }
+            borrowed += matches!(tree, Cow::Borrowed(_)) as usize;
+        }
+        assert_eq!(borrowed, 29);
+    }
+
+    #[test]
+    fn a_damaged_file_is_refused_when_lent() {
+        let f = file();
+        for step in [1, 7, 4096, 1 << 20] {
+            for at in [f.len() / 2, f.len() - 6, f.len() - 1] {
+                let mut bad = f.clone();
+                bad[at] ^= 0x40;
+                let e = read_lent(&bad, step).unwrap_err().to_string();
+                assert!(
+                    e.contains("checksum mismatch") || e.contains("entry count mismatch"),
+                    "step {step}, byte {at}: {e}"
+                );
+            }
+            let e = read_lent(&f[..f.len() - 1], step).unwrap_err().to_string();
+            assert!(e.contains("truncated"), "step {step}: {e}");
+        }
+    }
+
+    /// A [`ChunkWriter`]'s chunks, put together, are a [`Writer`]'s file of the same entries,
+    /// wherever the chunks are taken.
+    #[test]
+    fn chunks_written_are_the_file() {
+        let f = file();
+        for every in [1, 3, 50, 1000] {
+            let mut w = ChunkWriter::new(&meta());
+            let mut all = Vec::new();
+            for (i, (t, k, v)) in entries().into_iter().enumerate() {
+                if i % every == 0 {
+                    all.extend(w.take(0));
+                }
+                w.push(&t, &k, &v).unwrap();
+            }
+            all.extend(w.finish());
+            assert_eq!(all, f, "a chunk taken every {every} entries");
+        }
     }
 
     #[test]

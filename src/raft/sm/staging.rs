@@ -5,6 +5,8 @@
 //! read again and written into the engine: the engine write began only once the last byte had
 //! arrived. Now the bytes are decoded as they arrive and written straight into an engine of
 //! their own, so the stream and the engine's writes overlap and no file is written or read.
+//! Each entry's key and value are lent from the chunk they arrived in (`snapshot_format`'s
+//! `Reader::lent`) until the engine has packed them: they are not copied out first.
 //!
 //! # Invariants
 //! - A staged generation is no store's until the install's durable switch (`engine_dir`): a
@@ -20,23 +22,24 @@
 //! - The decoding and the engine writes run at nice 10 (`background`), below the member's
 //!   applies, WAL writes and peer traffic.
 //! - Memory is bounded: the receiver holds at most [`QUEUED_CHUNKS`] chunks besides the one
-//!   being decoded, and waits (holding the leader back through HTTP/2 flow control) while the
-//!   engine writes are behind. The key index is built as the history arrives, as a load does.
+//!   being decoded and those the engine batches in flight (`mvcc::load`'s few, of about 1 MiB
+//!   each) still lend entries from, and waits (holding the leader back through HTTP/2 flow
+//!   control) while the engine writes are behind. The key index is built as the history arrives, as a load does.
 //! - The switch is a defragmentation's (`defrag`): under the defrag gate (read) and the
 //!   install gate (write), so applies wait and readers see the old state or the new one.
 
-use std::io::{self, BufRead, Read};
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 
 use super::{blocking, snapshot_meta_writes, ApplyingSnapshot, StateMachine};
 use crate::mvcc::{MvccError, Staged, StorageError, StoreEngine};
 use crate::raft::error::StoreError;
 use crate::raft::sm::snapshot_file;
-use crate::raft::sm::snapshot_format::Reader;
+use crate::raft::sm::snapshot_format::{ChunkInput, Reader};
 use crate::raft::sm::{background, engine_dir};
 use crate::raft::types::SnapshotMeta;
 use crate::sync::LockExt;
@@ -110,41 +113,20 @@ impl Stager {
     }
 }
 
-/// The bytes of the chunks from a channel, as one buffered input (each chunk is the buffer:
-/// entries are decoded from it where it lies); ends when the sender is dropped.
-struct Chunks {
-    rx: tokio::sync::mpsc::Receiver<Bytes>,
-    chunk: Bytes,
-    /// Bytes read so far.
-    read: u64,
-}
+/// The chunks received, from the channel [`Stager::push`] sends them on; ends when the
+/// sender is dropped.
+struct Received(tokio::sync::mpsc::Receiver<Bytes>);
 
-impl BufRead for Chunks {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        while self.chunk.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(c) => self.chunk = c,
-                None => break,
-            }
-        }
-        Ok(&self.chunk)
-    }
+impl Iterator for Received {
+    type Item = Bytes;
 
-    fn consume(&mut self, n: usize) {
-        self.chunk.advance(n);
-        self.read += n as u64;
+    fn next(&mut self) -> Option<Bytes> {
+        self.0.blocking_recv()
     }
 }
 
-impl Read for Chunks {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let b = self.fill_buf()?;
-        let n = buf.len().min(b.len());
-        buf[..n].copy_from_slice(&b[..n]);
-        self.consume(n);
-        Ok(n)
-    }
-}
+/// The received bytes, as one buffered input (see `snapshot_format::ChunkInput`).
+type Chunks = ChunkInput<Received>;
 
 impl StateMachine {
     /// Starts receiving the snapshot of `meta` into a new engine generation (see the module
@@ -163,11 +145,7 @@ impl StateMachine {
             }
         };
         let (tx, rx) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
-        let input = Chunks {
-            rx,
-            chunk: Bytes::new(),
-            read: 0,
-        };
+        let input = ChunkInput::new(Received(rx));
         let meta = meta.clone();
         // At a lower priority: the member's own applies, WAL writes and peer traffic go first
         // (on a machine it shares, the leader's too); a snapshot being received can wait.
@@ -296,7 +274,7 @@ fn stage(
                 ),
             });
         }
-        let done = crate::mvcc::stage(engine, reader, &snapshot_meta_writes(&staged.meta))?;
+        let done = crate::mvcc::stage(engine, reader.lent(), &snapshot_meta_writes(&staged.meta))?;
         let synced = crate::metrics::timed(&crate::metrics::SNAP_DB_FSYNC_SECONDS);
         synced(engine_dir::sync_engine(staged.fs.as_ref(), &staged.dir))?;
         // Installed, it is the store's engine: its writes wait for the disk as the store's do.
@@ -305,7 +283,7 @@ fn stage(
     })();
     // Whatever is left unread (a refused snapshot) is drained so the sender is not stuck.
     if res.is_err() {
-        input.rx.close();
+        input.chunks_mut().0.close();
     }
-    (res, input.read)
+    (res, input.read())
 }
