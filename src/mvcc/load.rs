@@ -95,7 +95,7 @@ pub fn check_entries<'a, T: LoadEntry + 'a>(
 ) -> Result<(), MvccError> {
     for e in entries {
         let tree = e.tree();
-        if ![REV_TREE, LEASE_TREE, META_TREE, LEGACY_IDX_TREE].contains(&tree) {
+        if tree_name(tree.as_bytes()).is_none() {
             return Err(MvccError::corrupt(format!("unknown tree {tree:?}")));
         }
     }
@@ -320,12 +320,8 @@ where
     for entry in entries {
         let entry = entry?;
         check_entries([&entry])?;
-        let tree = match entry.tree() {
-            REV_TREE => REV_TREE,
-            LEASE_TREE => LEASE_TREE,
-            META_TREE => META_TREE,
-            _ => LEGACY_IDX_TREE,
-        };
+        // One of the store's trees, as checked: a name that outlives the entry.
+        let tree = tree_name(entry.tree().as_bytes()).unwrap_or(LEGACY_IDX_TREE);
         let (k, v) = entry.into_parts();
         let sent = match tree {
             REV_TREE => {
