@@ -197,7 +197,7 @@ impl<I: Iterator<Item = Bytes>> ChunkInput<I> {
     }
 
     /// The bytes consumed so far.
-    pub fn read(&self) -> u64 {
+    pub fn consumed(&self) -> u64 {
         self.read
     }
 
@@ -378,6 +378,18 @@ impl ChunkWriter {
     }
 }
 
+/// An entry's tree name as read, without an allocation of its own (at most 255 bytes).
+struct TreeName {
+    bytes: [u8; 255],
+    len: u8,
+}
+
+impl TreeName {
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
 enum Body {
     Streamed {
         entries: u64,
@@ -496,11 +508,11 @@ impl<R: BufRead> Reader<R> {
         if let Body::Legacy(items) = &mut self.body {
             return Ok(items.next());
         }
-        let Some((tree, key_len, value_len)) = self.entry_head()? else {
+        let Some((tree, key_len, value_len)) = self.next_head()? else {
             return Ok(None);
         };
-        let tree =
-            String::from_utf8(tree).map_err(|_| bad(&self.file, "tree name is not UTF-8"))?;
+        let tree = String::from_utf8(tree.as_bytes().to_vec())
+            .map_err(|_| bad(&self.file, "tree name is not UTF-8"))?;
         let key = self.bytes(key_len)?;
         let value = self.bytes(value_len)?;
         Ok(Some((tree, key, value)))
@@ -508,7 +520,7 @@ impl<R: BufRead> Reader<R> {
 
     /// The next entry's tree name and its key and value lengths, or `None` after the last
     /// entry (its trailer checked).
-    fn entry_head(&mut self) -> Result<Option<(Vec<u8>, usize, usize)>, StoreError> {
+    fn next_head(&mut self) -> Result<Option<(TreeName, usize, usize)>, StoreError> {
         let entries = match &mut self.body {
             Body::Streamed { entries } => *entries,
             _ => return Ok(None),
@@ -523,8 +535,12 @@ impl<R: BufRead> Reader<R> {
             self.body = Body::Done;
             return Ok(None);
         }
-        let mut tree = vec![0u8; tree_len[0] as usize];
-        self.exact(&mut tree)?;
+        let mut tree = TreeName {
+            bytes: [0; 255],
+            len: tree_len[0],
+        };
+        let n = tree.len as usize;
+        self.exact(&mut tree.bytes[..n])?;
         let key_len = self.u32()? as usize;
         let value_len = self.u32()? as usize;
         if key_len + value_len > MAX_ENTRY {
@@ -553,13 +569,14 @@ impl<R: Lend> Reader<R> {
                 .next()
                 .map(|(t, k, v)| (Cow::Owned(t), k.into(), v.into())));
         }
-        let Some((tree, key_len, value_len)) = self.entry_head()? else {
+        let Some((tree, key_len, value_len)) = self.next_head()? else {
             return Ok(None);
         };
-        let tree = match crate::mvcc::tree_name(&tree) {
+        let tree = match crate::mvcc::tree_name(tree.as_bytes()) {
             Some(known) => Cow::Borrowed(known),
             None => Cow::Owned(
-                String::from_utf8(tree).map_err(|_| bad(&self.file, "tree name is not UTF-8"))?,
+                String::from_utf8(tree.as_bytes().to_vec())
+                    .map_err(|_| bad(&self.file, "tree name is not UTF-8"))?,
             ),
         };
         let key = self.lent_bytes(key_len)?;

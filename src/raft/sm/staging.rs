@@ -285,5 +285,5 @@ fn stage(
     if res.is_err() {
         input.chunks_mut().0.close();
     }
-    (res, input.read())
+    (res, input.consumed())
 }
