@@ -24,7 +24,8 @@
 //! - Memory is bounded: the receiver holds at most [`QUEUED_CHUNKS`] chunks besides the one
 //!   being decoded and those the engine batches in flight (`mvcc::load`'s few, of about 1 MiB
 //!   each) still lend entries from, and waits (holding the leader back through HTTP/2 flow
-//!   control) while the engine writes are behind. The key index is built as the history arrives, as a load does.
+//!   control) while the engine writes are behind. The key index is built as the history
+//!   arrives, as a load does.
 //! - The switch is a defragmentation's (`defrag`): under the defrag gate (read) and the
 //!   install gate (write), so applies wait and readers see the old state or the new one.
 
